@@ -1,0 +1,396 @@
+//! One-step (mesh) algorithms: every rank exchanges with every peer at once.
+//!
+//! Best for small messages (one round of latency) and between threads of one process, where a
+//! "message" is the receiver reading the sender's buffer directly, so all ranks copy in
+//! parallel. Reductions combine contributions in a fixed order, so every rank computes
+//! identical bits.
+
+use super::schedule::{even_blocks, Action, Buf, Schedule, Span};
+use super::{Coll, Ctx, P2pItem};
+
+/// The direct schedule for any collective.
+pub fn build(ctx: &Ctx, coll: &Coll) -> Schedule {
+    let n = ctx.n as usize;
+    match coll {
+        Coll::AllReduce { count } => {
+            if ctx.network || count * ctx.elem <= 4096 {
+                allreduce_gather(ctx, *count)
+            } else {
+                allreduce_rs_ag(ctx, *count)
+            }
+        }
+        Coll::ReduceScatter { count } => {
+            let counts = vec![*count; n];
+            let displs = (0..n).map(|i| i * count).collect::<Vec<_>>();
+            reduce_scatter(ctx, &counts, &displs)
+        }
+        Coll::ReduceScatterV { counts, displs } => reduce_scatter(ctx, counts, displs),
+        Coll::AllGather { count } => {
+            let counts = vec![*count; n];
+            let displs = (0..n).map(|i| i * count).collect::<Vec<_>>();
+            allgather(ctx, &counts, &displs)
+        }
+        Coll::AllGatherV { counts, displs } => allgather(ctx, counts, displs),
+        Coll::Broadcast { count, root } => broadcast(ctx, *count, *root),
+        Coll::Reduce { count, root } => reduce(ctx, *count, *root),
+        Coll::Scatter { count, root } => scatter(ctx, *count, *root),
+        Coll::AlltoAllV {
+            send_counts,
+            send_displs,
+            recv_counts,
+            recv_displs,
+        } => alltoallv(ctx, send_counts, send_displs, recv_counts, recv_displs),
+        Coll::P2p { items } => p2p(ctx, items),
+        Coll::Barrier => super::barrier::dissemination(ctx),
+    }
+}
+
+fn span(buf: Buf, elem: usize, first: usize, len: usize) -> Span {
+    Span::new(buf, first * elem, len * elem)
+}
+
+/// AllReduce for small messages: gather every input into scratch, then reduce in rank order.
+pub fn allreduce_gather(ctx: &Ctx, count: usize) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let bytes = count * es;
+    let mut s = Schedule::new("direct-gather");
+    if bytes == 0 {
+        return s;
+    }
+    if n == 1 {
+        s.step().push(Action::Copy {
+            src: Span::new(Buf::Send, 0, bytes),
+            dst: Span::new(Buf::Recv, 0, bytes),
+        });
+        return s;
+    }
+    s.need_scratch(bytes * n as usize);
+    let slot = |p: u32| Span::new(Buf::Scratch, p as usize * bytes, bytes);
+    let st = s.step();
+    st.push(Action::Copy {
+        src: Span::new(Buf::Send, 0, bytes),
+        dst: slot(me),
+    });
+    for p in (0..n).filter(|&p| p != me) {
+        st.push(Action::Send {
+            peer: p,
+            src: Span::new(Buf::Send, 0, bytes),
+        });
+        st.push(Action::Recv {
+            peer: p,
+            dst: slot(p),
+        });
+    }
+    let st = s.step();
+    let out = Span::new(Buf::Recv, 0, bytes);
+    st.push(Action::Copy {
+        src: slot(0),
+        dst: out,
+    });
+    for p in 1..n {
+        st.push(Action::Reduce {
+            dst: out,
+            src: slot(p),
+        });
+    }
+    s
+}
+
+/// AllReduce between threads of one process: each rank reduces its block straight from its
+/// peers' inputs, then collects the other reduced blocks.
+pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct-rs-ag");
+    if count == 0 {
+        return s;
+    }
+    let blocks = even_blocks(count, n as usize);
+    let mine = blocks[me as usize];
+    let st = s.step();
+    st.push(Action::Copy {
+        src: span(Buf::Send, es, mine.0, mine.1),
+        dst: span(Buf::Recv, es, mine.0, mine.1),
+    });
+    for p in (0..n).filter(|&p| p != me) {
+        let b = blocks[p as usize];
+        st.push(Action::Send {
+            peer: p,
+            src: span(Buf::Send, es, b.0, b.1),
+        });
+    }
+    for p in (0..n).filter(|&p| p != me) {
+        st.push(Action::RecvReduce {
+            peer: p,
+            dst: span(Buf::Recv, es, mine.0, mine.1),
+        });
+    }
+    let st = s.step();
+    for p in (0..n).filter(|&p| p != me) {
+        let b = blocks[p as usize];
+        st.push(Action::Send {
+            peer: p,
+            src: span(Buf::Recv, es, mine.0, mine.1),
+        });
+        st.push(Action::Recv {
+            peer: p,
+            dst: span(Buf::Recv, es, b.0, b.1),
+        });
+    }
+    s
+}
+
+/// ReduceScatter(V): on memory links each rank reduces its block from its peers' inputs; over
+/// the network the blocks are gathered into scratch and reduced in rank order.
+pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    let my = (displs[me as usize], counts[me as usize]);
+    let out = Span::new(Buf::Recv, 0, my.1 * es);
+    if !ctx.network {
+        let st = s.step();
+        st.push(Action::Copy {
+            src: span(Buf::Send, es, my.0, my.1),
+            dst: out,
+        });
+        for p in (0..n).filter(|&p| p != me) {
+            let (d, c) = (displs[p as usize], counts[p as usize]);
+            st.push(Action::Send {
+                peer: p,
+                src: span(Buf::Send, es, d, c),
+            });
+        }
+        for p in (0..n).filter(|&p| p != me) {
+            st.push(Action::RecvReduce { peer: p, dst: out });
+        }
+        return s;
+    }
+    let bytes = my.1 * es;
+    s.need_scratch(bytes * n as usize);
+    let slot = |p: u32| Span::new(Buf::Scratch, p as usize * bytes, bytes);
+    let st = s.step();
+    st.push(Action::Copy {
+        src: span(Buf::Send, es, my.0, my.1),
+        dst: slot(me),
+    });
+    for p in (0..n).filter(|&p| p != me) {
+        let (d, c) = (displs[p as usize], counts[p as usize]);
+        st.push(Action::Send {
+            peer: p,
+            src: span(Buf::Send, es, d, c),
+        });
+        st.push(Action::Recv {
+            peer: p,
+            dst: slot(p),
+        });
+    }
+    let st = s.step();
+    st.push(Action::Copy {
+        src: slot(0),
+        dst: out,
+    });
+    for p in 1..n {
+        st.push(Action::Reduce {
+            dst: out,
+            src: slot(p),
+        });
+    }
+    s
+}
+
+/// AllGather(V): every rank sends its input to every peer.
+pub fn allgather(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    let mine = counts[me as usize];
+    let st = s.step();
+    st.push(Action::Copy {
+        src: Span::new(Buf::Send, 0, mine * es),
+        dst: span(Buf::Recv, es, displs[me as usize], mine),
+    });
+    for p in (0..n).filter(|&p| p != me) {
+        st.push(Action::Send {
+            peer: p,
+            src: Span::new(Buf::Send, 0, mine * es),
+        });
+        st.push(Action::Recv {
+            peer: p,
+            dst: span(Buf::Recv, es, displs[p as usize], counts[p as usize]),
+        });
+    }
+    s
+}
+
+/// Broadcast: the root sends to every peer (receivers copy in parallel on memory links).
+pub fn broadcast(ctx: &Ctx, count: usize, root: u32) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    let all = Span::new(Buf::Recv, 0, count * es);
+    if count == 0 || n == 1 {
+        return s;
+    }
+    let st = s.step();
+    if me == root {
+        for p in (0..n).filter(|&p| p != me) {
+            st.push(Action::Send { peer: p, src: all });
+        }
+    } else {
+        st.push(Action::Recv {
+            peer: root,
+            dst: all,
+        });
+    }
+    s
+}
+
+/// Reduce: each rank reduces one block of the result (from its peers' inputs on memory links,
+/// from gathered copies over the network), then the root collects the blocks.
+pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    if count == 0 {
+        return s;
+    }
+    if n == 1 {
+        s.step().push(Action::Copy {
+            src: Span::new(Buf::Send, 0, count * es),
+            dst: Span::new(Buf::Recv, 0, count * es),
+        });
+        return s;
+    }
+    let blocks = even_blocks(count, n as usize);
+    let counts: Vec<usize> = blocks.iter().map(|b| b.1).collect();
+    let displs: Vec<usize> = blocks.iter().map(|b| b.0).collect();
+    // Phase 1: my block of the result lands in scratch at offset 0.
+    let mut rs = reduce_scatter(ctx, &counts, &displs);
+    let my = blocks[me as usize];
+    let my_bytes = my.1 * es;
+    let base = rs.scratch;
+    for st in &mut rs.steps {
+        for a in &mut st.actions {
+            redirect_recv_to_scratch(a, base);
+        }
+    }
+    rs.need_scratch(base + my_bytes);
+    let mine = Span::new(Buf::Scratch, base, my_bytes);
+    let st = rs.step();
+    if me == root {
+        st.push(Action::Copy {
+            src: mine,
+            dst: span(Buf::Recv, es, my.0, my.1),
+        });
+        for p in (0..n).filter(|&p| p != me) {
+            let b = blocks[p as usize];
+            st.push(Action::Recv {
+                peer: p,
+                dst: span(Buf::Recv, es, b.0, b.1),
+            });
+        }
+    } else {
+        st.push(Action::Send {
+            peer: root,
+            src: mine,
+        });
+    }
+    rs.algo = "direct";
+    s = rs;
+    s
+}
+
+/// Moves spans in the output buffer to scratch at `base` (a phase whose result is temporary).
+fn redirect_recv_to_scratch(a: &mut Action, base: usize) {
+    let fix = |sp: &mut Span| {
+        if sp.buf == Buf::Recv {
+            sp.buf = Buf::Scratch;
+            sp.off += base;
+        }
+    };
+    match a {
+        Action::Send { src, .. } => fix(src),
+        Action::Recv { dst, .. } | Action::RecvReduce { dst, .. } => fix(dst),
+        Action::Copy { src, dst } | Action::Reduce { dst, src } => {
+            fix(src);
+            fix(dst);
+        }
+    }
+}
+
+/// Scatter: the root sends block p to rank p.
+pub fn scatter(ctx: &Ctx, count: usize, root: u32) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    if count == 0 {
+        return s;
+    }
+    let st = s.step();
+    let out = Span::new(Buf::Recv, 0, count * es);
+    if me == root {
+        st.push(Action::Copy {
+            src: span(Buf::Send, es, me as usize * count, count),
+            dst: out,
+        });
+        for p in (0..n).filter(|&p| p != me) {
+            st.push(Action::Send {
+                peer: p,
+                src: span(Buf::Send, es, p as usize * count, count),
+            });
+        }
+    } else {
+        st.push(Action::Recv {
+            peer: root,
+            dst: out,
+        });
+    }
+    s
+}
+
+/// AlltoAllV in one step: every pair exchanges at once.
+pub fn alltoallv(
+    ctx: &Ctx,
+    send_counts: &[usize],
+    send_displs: &[usize],
+    recv_counts: &[usize],
+    recv_displs: &[usize],
+) -> Schedule {
+    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
+    let mut s = Schedule::new("direct");
+    let m = me as usize;
+    let st = s.step();
+    st.push(Action::Copy {
+        src: span(Buf::Send, es, send_displs[m], send_counts[m]),
+        dst: span(Buf::Recv, es, recv_displs[m], recv_counts[m]),
+    });
+    for p in (0..n).filter(|&p| p != me) {
+        let q = p as usize;
+        st.push(Action::Send {
+            peer: p,
+            src: span(Buf::Send, es, send_displs[q], send_counts[q]),
+        });
+        st.push(Action::Recv {
+            peer: p,
+            dst: span(Buf::Recv, es, recv_displs[q], recv_counts[q]),
+        });
+    }
+    s
+}
+
+/// Point-to-point items, all in one step so that any pattern of sends and receives that the
+/// peers mirror completes (a ring of Send/Recv inside a group cannot deadlock).
+pub fn p2p(_ctx: &Ctx, items: &[P2pItem]) -> Schedule {
+    let mut s = Schedule::new("p2p");
+    let st = s.step();
+    for (i, it) in items.iter().enumerate() {
+        let sp = Span::new(Buf::Ext(i as u32), 0, it.bytes);
+        st.push(if it.send {
+            Action::Send {
+                peer: it.peer,
+                src: sp,
+            }
+        } else {
+            Action::Recv {
+                peer: it.peer,
+                dst: sp,
+            }
+        });
+    }
+    s
+}

@@ -1,0 +1,181 @@
+//! Ring algorithms: each rank talks only to its neighbours, so every link carries the same
+//! load and the bandwidth term is the optimal 2(n-1)/n of the message for AllReduce.
+
+use super::schedule::{even_blocks, Action, Buf, Schedule, Span};
+use super::Ctx;
+
+fn right(ctx: &Ctx) -> u32 {
+    (ctx.me + 1) % ctx.n
+}
+
+fn left(ctx: &Ctx) -> u32 {
+    (ctx.me + ctx.n - 1) % ctx.n
+}
+
+/// Block index `me + k` modulo n, for possibly negative k.
+fn idx(ctx: &Ctx, k: i64) -> usize {
+    (ctx.me as i64 + k).rem_euclid(ctx.n as i64) as usize
+}
+
+/// Ring reduce-scatter over `blocks` (first, len in elements) of buffer `buf`, after which rank
+/// me holds the full reduction of block `me + 1 + shift`.
+fn rs_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], shift: i64) {
+    let es = ctx.elem;
+    for k in 0..ctx.n as i64 - 1 {
+        let sb = blocks[idx(ctx, shift - k)];
+        let rb = blocks[idx(ctx, shift - k - 1)];
+        let st = s.step();
+        st.push(Action::Send {
+            peer: right(ctx),
+            src: Span::new(buf, sb.0 * es, sb.1 * es),
+        });
+        st.push(Action::RecvReduce {
+            peer: left(ctx),
+            dst: Span::new(buf, rb.0 * es, rb.1 * es),
+        });
+    }
+}
+
+/// Ring allgather over `blocks` of `buf`, where rank me starts holding block `me + shift`.
+fn ag_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], shift: i64) {
+    let es = ctx.elem;
+    for k in 0..ctx.n as i64 - 1 {
+        let sb = blocks[idx(ctx, shift - k)];
+        let rb = blocks[idx(ctx, shift - k - 1)];
+        let st = s.step();
+        st.push(Action::Send {
+            peer: right(ctx),
+            src: Span::new(buf, sb.0 * es, sb.1 * es),
+        });
+        st.push(Action::Recv {
+            peer: left(ctx),
+            dst: Span::new(buf, rb.0 * es, rb.1 * es),
+        });
+    }
+}
+
+/// Ring AllReduce: reduce-scatter then allgather, in the output buffer.
+pub fn allreduce(ctx: &Ctx, count: usize) -> Schedule {
+    let mut s = Schedule::new("ring");
+    let bytes = count * ctx.elem;
+    if count == 0 {
+        return s;
+    }
+    s.step().push(Action::Copy {
+        src: Span::new(Buf::Send, 0, bytes),
+        dst: Span::new(Buf::Recv, 0, bytes),
+    });
+    if ctx.n == 1 {
+        return s;
+    }
+    let blocks = even_blocks(count, ctx.n as usize);
+    // The copy shares the first step with the first sends: local actions run before posting.
+    let copy = s.steps.pop().expect("copy step");
+    rs_phase(&mut s, ctx, Buf::Recv, &blocks, 0);
+    s.steps[0].actions.insert(0, copy.actions[0]);
+    ag_phase(&mut s, ctx, Buf::Recv, &blocks, 1);
+    s
+}
+
+/// Ring ReduceScatter(V): the input is copied to scratch, reduced around the ring so that rank
+/// me finishes with block me, which is copied out.
+pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
+    let mut s = Schedule::new("ring");
+    let es = ctx.elem;
+    let me = ctx.me as usize;
+    let extent = counts
+        .iter()
+        .zip(displs)
+        .map(|(c, d)| c + d)
+        .max()
+        .unwrap_or(0);
+    let blocks: Vec<(usize, usize)> = displs.iter().copied().zip(counts.iter().copied()).collect();
+    s.need_scratch(extent * es);
+    let st = s.step();
+    for b in &blocks {
+        st.push(Action::Copy {
+            src: Span::new(Buf::Send, b.0 * es, b.1 * es),
+            dst: Span::new(Buf::Scratch, b.0 * es, b.1 * es),
+        });
+    }
+    let copies = s.steps.pop().expect("copy step");
+    rs_phase(&mut s, ctx, Buf::Scratch, &blocks, -1);
+    if s.steps.is_empty() {
+        s.steps.push(Default::default());
+    }
+    let first = &mut s.steps[0].actions;
+    for (i, a) in copies.actions.into_iter().enumerate() {
+        first.insert(i, a);
+    }
+    s.step().push(Action::Copy {
+        src: Span::new(Buf::Scratch, blocks[me].0 * es, blocks[me].1 * es),
+        dst: Span::new(Buf::Recv, 0, blocks[me].1 * es),
+    });
+    s
+}
+
+/// Ring AllGather(V) in the output buffer.
+pub fn allgather(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
+    let mut s = Schedule::new("ring");
+    let es = ctx.elem;
+    let me = ctx.me as usize;
+    let blocks: Vec<(usize, usize)> = displs.iter().copied().zip(counts.iter().copied()).collect();
+    s.step().push(Action::Copy {
+        src: Span::new(Buf::Send, 0, counts[me] * es),
+        dst: Span::new(Buf::Recv, blocks[me].0 * es, blocks[me].1 * es),
+    });
+    let copy = s.steps.pop().expect("copy step");
+    ag_phase(&mut s, ctx, Buf::Recv, &blocks, 0);
+    if s.steps.is_empty() {
+        s.steps.push(Default::default());
+    }
+    s.steps[0].actions.insert(0, copy.actions[0]);
+    s
+}
+
+/// Reduce: ring reduce-scatter into scratch, then every rank sends its block to the root.
+pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
+    let mut s = Schedule::new("ring");
+    let es = ctx.elem;
+    let bytes = count * es;
+    if count == 0 {
+        return s;
+    }
+    if ctx.n == 1 {
+        s.step().push(Action::Copy {
+            src: Span::new(Buf::Send, 0, bytes),
+            dst: Span::new(Buf::Recv, 0, bytes),
+        });
+        return s;
+    }
+    let blocks = even_blocks(count, ctx.n as usize);
+    s.need_scratch(bytes);
+    s.step().push(Action::Copy {
+        src: Span::new(Buf::Send, 0, bytes),
+        dst: Span::new(Buf::Scratch, 0, bytes),
+    });
+    let copy = s.steps.pop().expect("copy step");
+    rs_phase(&mut s, ctx, Buf::Scratch, &blocks, -1);
+    s.steps[0].actions.insert(0, copy.actions[0]);
+    let me = ctx.me as usize;
+    let st = s.step();
+    if ctx.me == root {
+        st.push(Action::Copy {
+            src: Span::new(Buf::Scratch, blocks[me].0 * es, blocks[me].1 * es),
+            dst: Span::new(Buf::Recv, blocks[me].0 * es, blocks[me].1 * es),
+        });
+        for p in (0..ctx.n).filter(|&p| p != root) {
+            let b = blocks[p as usize];
+            st.push(Action::Recv {
+                peer: p,
+                dst: Span::new(Buf::Recv, b.0 * es, b.1 * es),
+            });
+        }
+    } else {
+        st.push(Action::Send {
+            peer: root,
+            src: Span::new(Buf::Scratch, blocks[me].0 * es, blocks[me].1 * es),
+        });
+    }
+    s
+}

@@ -1,0 +1,206 @@
+//! Logging setup.
+//!
+//! The library logs through the `log` facade. [`init`] installs an `env_logger` writing to stderr
+//! with lines of the form
+//!
+//! ```text
+//! [HCCL] <LEVEL> <pid>:<tid> <timestamp> <message>
+//! ```
+//!
+//! e.g. `[HCCL] WARN 4242:4250 2025-01-31T10:00:00.123456Z HCCL_SERVER_PORT is an alias; ...`.
+//! The fixed `[HCCL] <LEVEL> <pid>:<tid>` prefix makes lines from many ranks interleaved on one
+//! terminal easy to grep and attribute. The level comes from the environment (see
+//! [`EnvConfig::log_level`](crate::base::env::EnvConfig::log_level)), not from `RUST_LOG`.
+//!
+//! We are a library loaded into someone else's process: if the host program already installed a
+//! `log` logger, ours is silently not installed and records go to the host's logger instead.
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Once;
+
+use crate::base::env::EnvConfig;
+
+/// Installs the library's stderr logger at `level`, once per process. Later calls do nothing,
+/// and an already-installed logger (from the host program) is left in place; never panics.
+pub fn init(level: log::LevelFilter) {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        // try_init fails only if another logger is installed; that one is the host's choice.
+        let _ = builder(level).try_init();
+    });
+}
+
+/// Initialises logging from [`EnvConfig::global`] and then logs, once per process, the
+/// configuration's warnings at WARN. If the configuration is malformed, logs at ERROR level
+/// and reports the configuration error (the caller of `EnvConfig::global` will also fail on it).
+pub fn init_from_env() {
+    static REPORT: Once = Once::new();
+    let cfg = EnvConfig::global();
+    init(
+        cfg.as_ref()
+            .map_or(log::LevelFilter::Error, |c| c.log_level),
+    );
+    // Warnings are reported after init so they reach the logger; Once keeps them from repeating
+    // when several entry points call this.
+    REPORT.call_once(|| match &cfg {
+        Ok(c) => c.warnings.iter().for_each(|w| log::warn!("{w}")),
+        Err(e) => log::error!("invalid environment configuration: {e}"),
+    });
+}
+
+/// The configured `env_logger` builder; separate from [`init`] so tests can redirect it.
+fn builder(level: log::LevelFilter) -> env_logger::Builder {
+    let mut b = env_logger::Builder::new();
+    b.filter_level(level)
+        .target(env_logger::Target::Stderr)
+        .format(|buf, record| {
+            let ts = buf.timestamp_micros();
+            write_line(
+                buf,
+                record.level(),
+                std::process::id(),
+                current_tid(),
+                &ts,
+                record.args(),
+            )
+        });
+    b
+}
+
+/// Writes one log line in the library's format.
+fn write_line(
+    out: &mut dyn Write,
+    level: log::Level,
+    pid: u32,
+    tid: i64,
+    ts: &dyn fmt::Display,
+    msg: &fmt::Arguments<'_>,
+) -> std::io::Result<()> {
+    writeln!(out, "[HCCL] {level} {pid}:{tid} {ts} {msg}")
+}
+
+/// The kernel thread id of the calling thread. Not cached: a cached value would be wrong in a
+/// forked child, and the syscall is cheap next to formatting a log line.
+fn current_tid() -> i64 {
+    // SAFETY: gettid takes no arguments, cannot fail and touches no memory.
+    unsafe { libc::syscall(libc::SYS_gettid) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn line(level: log::Level, msg: fmt::Arguments<'_>) -> String {
+        let mut out = Vec::new();
+        write_line(&mut out, level, 42, 43, &"TS", &msg).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn line_format() {
+        assert_eq!(
+            line(log::Level::Warn, format_args!("x={}", 5)),
+            "[HCCL] WARN 42:43 TS x=5\n"
+        );
+        assert_eq!(
+            line(log::Level::Error, format_args!("boom")),
+            "[HCCL] ERROR 42:43 TS boom\n"
+        );
+    }
+
+    #[test]
+    fn tid_is_per_thread() {
+        let here = current_tid();
+        let there = std::thread::spawn(current_tid).join().unwrap();
+        assert!(here > 0 && there > 0);
+        assert_ne!(here, there);
+        assert_eq!(here, current_tid());
+    }
+
+    /// A `Write` whose bytes the test can read back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn builder_formats_and_filters() {
+        use log::Log;
+        let sink = Sink::default();
+        let logger = builder(log::LevelFilter::Info)
+            .target(env_logger::Target::Pipe(Box::new(sink.clone())))
+            .build();
+        let rec = |level, msg: &str| {
+            logger.log(
+                &log::Record::builder()
+                    .level(level)
+                    .args(format_args!("{msg}"))
+                    .build(),
+            )
+        };
+        rec(log::Level::Info, "kept");
+        rec(log::Level::Debug, "dropped");
+        logger.flush();
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text:?}");
+        let prefix = format!("[HCCL] INFO {}:{} ", std::process::id(), current_tid());
+        assert!(lines[0].starts_with(&prefix), "{text:?}");
+        assert!(lines[0].ends_with(" kept"), "{text:?}");
+        // Between prefix and message sits an RFC 3339 timestamp, e.g. 2025-01-31T10:00:00.123456Z.
+        let ts = &lines[0][prefix.len()..lines[0].len() - " kept".len()];
+        assert!(
+            ts.len() >= 20 && ts.contains('T') && ts.ends_with('Z'),
+            "{ts:?}"
+        );
+    }
+
+    /// A stand-in for a logger installed by the host program.
+    struct HostLogger(Mutex<Vec<String>>);
+
+    impl log::Log for HostLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            self.0.lock().unwrap().push(r.args().to_string());
+        }
+        fn flush(&self) {}
+    }
+
+    static HOST: HostLogger = HostLogger(Mutex::new(Vec::new()));
+
+    // The only test here that touches the process-wide logger, so the test order cannot matter.
+    #[test]
+    fn init_keeps_host_logger_and_is_idempotent() {
+        // If something else in the test binary installed a logger first, we can still check
+        // that init never panics; the host-logger assertion needs ours to be first.
+        let host_installed = log::set_logger(&HOST).is_ok();
+        if host_installed {
+            log::set_max_level(log::LevelFilter::Trace);
+        }
+        init(log::LevelFilter::Debug);
+        init(log::LevelFilter::Off);
+        init_from_env();
+        init_from_env();
+        if host_installed {
+            log::error!("still the host's");
+            assert!(HOST
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| m == "still the host's"));
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Plain data shared by every layer: data types, errors, configuration from the environment,
+//! logging, JSON, and where ranks live (topology).
+
+pub mod dtype;
+pub mod env;
+pub mod error;
+pub mod json;
+pub mod logging;
+pub mod topology;

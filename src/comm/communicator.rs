@@ -1,0 +1,478 @@
+//! The communicator: one rank's membership in a group of ranks, its links to the others, and
+//! the entry point that runs collectives on them.
+
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
+use super::config::CommConfig;
+use super::rank_table::RankTable;
+use super::root_info::RootInfo;
+use crate::algo::{self, Algo, Coll, Ctx};
+use crate::base::dtype::{DataType, ReduceOp};
+use crate::base::env::EnvConfig;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::topology::{self, fnv64, Location};
+use crate::exec::executor::{self, Buffers};
+use crate::transport::acceptor::{self, Acceptor};
+use crate::transport::doorbell::Doorbell;
+use crate::transport::inproc::InprocFabric;
+use crate::transport::{Endpoint, LinkKind, PeerLink};
+
+/// One collective call with its buffers, after argument validation.
+#[derive(Clone, Debug)]
+pub struct OpArgs {
+    /// Operation name for logs (`AllReduce`, ...).
+    pub name: &'static str,
+    /// The collective and its counts.
+    pub coll: Coll,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator, for reducing collectives.
+    pub op: Option<ReduceOp>,
+    /// Input buffer address.
+    pub send: usize,
+    /// Output buffer address.
+    pub recv: usize,
+    /// Extra buffers (point-to-point items).
+    pub ext: Vec<usize>,
+}
+
+struct Inner {
+    ep: Endpoint,
+    scratch: Vec<u64>,
+    logged: Vec<(&'static str, &'static str, u32)>,
+}
+
+#[derive(Default)]
+struct State {
+    busy: u32,
+    destroyed: bool,
+}
+
+/// One rank of a communicator.
+pub struct Communicator {
+    key: u128,
+    name: String,
+    rank: u32,
+    size: u32,
+    device: i32,
+    table: Vec<RankRecord>,
+    cfg: CommConfig,
+    network: bool,
+    creator: ThreadId,
+    inner: Mutex<Inner>,
+    state: Mutex<State>,
+    async_err: Mutex<Option<Error>>,
+}
+
+/// Marks a communicator in use for the lifetime of the guard.
+pub struct BusyGuard<'a>(&'a Communicator);
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().busy -= 1;
+    }
+}
+
+fn deadline(cfg: &CommConfig) -> Instant {
+    Instant::now() + cfg.connect_timeout
+}
+
+/// Creates the root of a new communicator: starts its rendezvous listener and returns the info
+/// to ship to every rank.
+pub fn create_root_info(env: &EnvConfig) -> Result<RootInfo> {
+    let local = crate::transport::net::choose_local_addr(env)?;
+    let base = env.if_base_port;
+    let top = base.saturating_add(crate::base::env::IF_PORT_COUNT - 1);
+    let listener = acceptor::bind_in_range(local.addr, Some((base, top)))?;
+    let addr = listener.local_addr()?;
+    let token = topology::random_u128();
+    bootstrap::serve_root(
+        RootListener::Tcp(listener),
+        token,
+        Instant::now() + env.connect_timeout,
+    )?;
+    log::info!("root info: rendezvous at {addr} (interface {})", local.name);
+    Ok(RootInfo {
+        addr,
+        token,
+        pid: std::process::id(),
+        host: topology::local(env.host_id.as_deref()).host,
+    })
+}
+
+fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
+    let acc = Acceptor::global(&cfg.env)?;
+    Ok(RankRecord {
+        rank,
+        data_addr: acc.addr(),
+        loc: topology::local(cfg.env.host_id.as_deref()),
+        pid: std::process::id(),
+    })
+}
+
+impl Communicator {
+    /// Joins the communicator described by `info` as `rank` of `n`.
+    pub fn init_root_info(n: u32, info: &RootInfo, rank: u32, cfg: CommConfig) -> Result<Communicator> {
+        check_rank(rank, n)?;
+        let me = my_record(rank, &cfg)?;
+        let dl = deadline(&cfg);
+        let table = bootstrap::exchange(&RootAddr::Tcp(info.addr), info.token, n, &me, dl)?;
+        let name = cfg
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("hccl_{:016x}", info.token as u64));
+        Communicator::connect(info.token, name, rank, table, cfg, -1, dl)
+    }
+
+    /// Joins the communicator described by a rank table file.
+    pub fn init_cluster(path: &str, rank: u32, cfg: CommConfig) -> Result<Communicator> {
+        let rt = RankTable::load(std::path::Path::new(path))?;
+        let n = rt.rank_count();
+        check_rank(rank, n)?;
+        let key = rt.fingerprint();
+        let dl = deadline(&cfg);
+        let (_, dev0) = rt.rank(0).ok_or_else(|| Error::new(ErrorKind::Para, "rank table has no rank 0"))?;
+        let root = match (dev0.device_ip, dev0.device_port) {
+            (Some(ip), Some(port)) => RootAddr::Tcp(std::net::SocketAddr::new(ip, port)),
+            _ => RootAddr::Unix(format!("hccl-bootstrap-{key:032x}")),
+        };
+        if rank == 0 {
+            let listener = match &root {
+                RootAddr::Tcp(a) => RootListener::Tcp(std::net::TcpListener::bind(a).map_err(|e| {
+                    Error::new(ErrorKind::Network, format!("rank 0 cannot listen on {a} from the rank table: {e}"))
+                })?),
+                RootAddr::Unix(name) => RootListener::bind_unix(name).map_err(|e| {
+                    e.context("rank 0 cannot create the rendezvous socket (is another job using this rank table?)")
+                })?,
+            };
+            bootstrap::serve_root(listener, key, dl)?;
+        }
+        let me = my_record(rank, &cfg)?;
+        let table = bootstrap::exchange(&root, key, n, &me, dl)?;
+        let (_, dev) = rt.rank(rank).expect("rank checked");
+        let name = cfg
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("hccl_table_{:016x}", key as u64));
+        Communicator::connect(key, name, rank, table, cfg, dev.device_id as i32, dl)
+    }
+
+    /// Creates `ndev` ranks in this process at once (all links are memory).
+    pub fn init_all(devices: &[i32], cfg: CommConfig) -> Result<Vec<Communicator>> {
+        let n = devices.len() as u32;
+        let key = topology::random_u128();
+        let loc = topology::local(cfg.env.host_id.as_deref());
+        let table: Vec<RankRecord> = (0..n)
+            .map(|r| RankRecord {
+                rank: r,
+                data_addr: "0.0.0.0:0".parse().expect("literal address"),
+                loc,
+                pid: std::process::id(),
+            })
+            .collect();
+        let name = cfg
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("hccl_all_{:016x}", key as u64));
+        let dl = deadline(&cfg);
+        let mut cfg = cfg;
+        // All ranks live in this thread's process: there is no network to force.
+        cfg.force_network = false;
+        (0..n)
+            .map(|r| {
+                Communicator::connect(key, name.clone(), r, table.clone(), cfg.clone(), devices[r as usize], dl)
+            })
+            .collect()
+    }
+
+    /// Creates a sub-communicator of the ranks `ranks` of `self` (in that order); this rank is
+    /// `sub_rank` of it. Every member calls this; no rendezvous through a root is needed
+    /// because the parent already knows how to reach every member.
+    pub fn create_sub(&self, ranks: &[u32], sub_id: u64, sub_rank: u32, cfg: CommConfig) -> Result<Communicator> {
+        let n = ranks.len() as u32;
+        check_rank(sub_rank, n)?;
+        let mut seen = vec![false; self.size as usize];
+        for &r in ranks {
+            if r >= self.size {
+                return Err(Error::new(
+                    ErrorKind::Para,
+                    format!("rank id {r} is not a rank of the parent communicator (size {})", self.size),
+                ));
+            }
+            if std::mem::replace(&mut seen[r as usize], true) {
+                return Err(Error::new(ErrorKind::Para, format!("rank id {r} listed twice")));
+            }
+        }
+        if ranks[sub_rank as usize] != self.rank {
+            return Err(Error::new(
+                ErrorKind::Para,
+                format!(
+                    "subCommRankId {sub_rank} maps to parent rank {}, but the caller is parent rank {}",
+                    ranks[sub_rank as usize], self.rank
+                ),
+            ));
+        }
+        let mut h = Vec::with_capacity(32 + 4 * ranks.len());
+        h.extend_from_slice(&self.key.to_le_bytes());
+        h.extend_from_slice(&sub_id.to_le_bytes());
+        for r in ranks {
+            h.extend_from_slice(&r.to_le_bytes());
+        }
+        let key = ((fnv64(&h) as u128) << 64) | fnv64(&[&h[..], b"sub"].concat()) as u128;
+        let table = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| RankRecord {
+                rank: i as u32,
+                ..self.table[r as usize]
+            })
+            .collect();
+        let name = cfg
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}_sub{sub_id}", self.name));
+        let dl = deadline(&cfg);
+        Communicator::connect(key, name, sub_rank, table, cfg, self.device, dl)
+    }
+
+    fn connect(
+        key: u128,
+        name: String,
+        rank: u32,
+        table: Vec<RankRecord>,
+        cfg: CommConfig,
+        device: i32,
+        dl: Instant,
+    ) -> Result<Communicator> {
+        let n = table.len() as u32;
+        let me = table[rank as usize];
+        let bell = Arc::new(Doorbell::new()?);
+        let same_proc = |p: &RankRecord| p.loc.process == me.loc.process && !cfg.force_network;
+        let fabric = if table.iter().enumerate().any(|(i, p)| i as u32 != rank && same_proc(p)) {
+            Some(InprocFabric::join(key, n as usize, rank as usize, bell.clone())?)
+        } else {
+            None
+        };
+        let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        let network_peers: Vec<u32> = (0..n)
+            .filter(|&p| p != rank && !same_proc(&table[p as usize]))
+            .collect();
+        // The lower rank of each pair connects; the higher accepts through the process listener.
+        let res: Result<()> = (|| {
+            for &p in network_peers.iter().filter(|&&p| p > rank) {
+                streams[p as usize] = Some(acceptor::connect(table[p as usize].data_addr, key, rank, p, dl)?);
+            }
+            if network_peers.iter().any(|&p| p < rank) {
+                let acc = Acceptor::global(&cfg.env)?;
+                for &p in network_peers.iter().filter(|&&p| p < rank) {
+                    streams[p as usize] = Some(acc.take(key, p, rank, dl)?);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            if let Some(f) = &fabric {
+                f.leave(rank as usize);
+            }
+            return Err(e.context(format!("comm {name} rank {rank}: connecting to peers")));
+        }
+        let peers: Vec<PeerLink> = (0..n)
+            .map(|p| {
+                if p == rank {
+                    PeerLink::Local
+                } else if let Some(s) = streams[p as usize].take() {
+                    PeerLink::Tcp(s)
+                } else {
+                    PeerLink::Memory
+                }
+            })
+            .collect();
+        let ep = Endpoint::new(rank, peers, fabric, bell)?;
+        let network = (0..n).any(|p| ep.link_kind(p) == LinkKind::Tcp);
+        log::info!(
+            "comm {name}: rank {rank} of {n} ready ({} memory peers, {} network peers)",
+            (0..n).filter(|&p| ep.link_kind(p) == LinkKind::Memory).count(),
+            network_peers.len()
+        );
+        Ok(Communicator {
+            key,
+            name,
+            rank,
+            size: n,
+            device,
+            table,
+            cfg,
+            network,
+            creator: std::thread::current().id(),
+            inner: Mutex::new(Inner {
+                ep,
+                scratch: Vec::new(),
+                logged: Vec::new(),
+            }),
+            state: Mutex::new(State::default()),
+            async_err: Mutex::new(None),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Communicator name (same on every rank).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Device id this rank was created for (-1 when none was given).
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// The merged configuration.
+    pub fn config(&self) -> &CommConfig {
+        &self.cfg
+    }
+
+    /// The thread that created this communicator handle.
+    pub fn creator(&self) -> ThreadId {
+        self.creator
+    }
+
+    /// The location of every rank.
+    pub fn locations(&self) -> Vec<Location> {
+        self.table.iter().map(|r| r.loc).collect()
+    }
+
+    /// Marks the communicator busy; fails once it has been destroyed.
+    pub fn enter(&self) -> Result<BusyGuard<'_>> {
+        let mut st = self.state.lock();
+        if st.destroyed {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!("comm {} rank {} has been destroyed", self.name, self.rank),
+            ));
+        }
+        st.busy += 1;
+        Ok(BusyGuard(self))
+    }
+
+    /// Marks the communicator destroyed, unless another thread is inside it.
+    pub fn mark_destroyed(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.busy > 0 {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!(
+                    "comm {} rank {}: cannot destroy while another thread is inside an operation on it",
+                    self.name, self.rank
+                ),
+            ));
+        }
+        st.destroyed = true;
+        Ok(())
+    }
+
+    /// The first error of an operation that failed on this communicator, if any.
+    pub fn async_error(&self) -> Option<Error> {
+        self.async_err.lock().clone()
+    }
+
+    /// Records an error of an operation that ran detached from its caller (stream order).
+    pub fn record_async_error(&self, e: &Error) {
+        let mut a = self.async_err.lock();
+        if a.is_none() {
+            *a = Some(e.clone());
+        }
+    }
+
+    /// Runs one collective to completion.
+    pub fn execute(&self, args: &OpArgs) -> Result<()> {
+        let _busy = self.enter()?;
+        let mut inner = self.inner.lock();
+        let ctx = Ctx {
+            me: self.rank,
+            n: self.size,
+            elem: args.dtype.size(),
+            network: self.network,
+        };
+        let algo = algo::select::choose(&args.coll, &ctx);
+        let sched = algo::build(&args.coll, &ctx, algo);
+        self.log_choice(&mut inner, args, algo);
+        let words = sched.scratch.div_ceil(8);
+        if inner.scratch.len() < words {
+            inner.scratch.resize(words, 0);
+        }
+        let bufs = Buffers {
+            send: args.send,
+            recv: args.recv,
+            scratch: inner.scratch.as_mut_ptr() as usize,
+            ext: args.ext.clone(),
+        };
+        let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
+        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        // SAFETY: the ffi layer validated buffer sizes against the counts the schedule uses.
+        let r = unsafe { executor::run(&mut inner.ep, &sched, &bufs, red, dl) };
+        r.map_err(|e| {
+            let e = e.context(format!(
+                "comm {} rank {} {} ({} algorithm)",
+                self.name, self.rank, args.name, sched.algo
+            ));
+            self.record_async_error(&e);
+            e
+        })
+    }
+
+    fn log_choice(&self, inner: &mut Inner, args: &OpArgs, algo: Algo) {
+        let bytes = match &args.coll {
+            Coll::AllReduce { count } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. } => {
+                count * args.dtype.size()
+            }
+            _ => 0,
+        };
+        let bucket = usize::BITS - bytes.leading_zeros();
+        let k = (args.name, algo.name(), bucket);
+        if !inner.logged.contains(&k) {
+            inner.logged.push(k);
+            log::info!(
+                "comm {} rank {}: {} of ~2^{bucket} bytes uses the {} algorithm",
+                self.name,
+                self.rank,
+                args.name,
+                algo.name()
+            );
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if let Some(acc) = Acceptor::existing() {
+            acc.forget(self.key);
+        }
+    }
+}
+
+fn check_rank(rank: u32, n: u32) -> Result<()> {
+    if n == 0 {
+        return Err(Error::new(ErrorKind::Para, "rank count must be at least 1"));
+    }
+    if rank >= n {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!("rank {rank} is out of range for {n} ranks"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! Communicators: bootstrap (root info, rank tables, sub-communicators), configuration, the
+//! handle registry, groups, and the entry point that runs an operation.
+
+pub mod bootstrap;
+pub mod communicator;
+pub mod config;
+pub mod group;
+pub mod launch;
+pub mod rank_table;
+pub mod registry;
+pub mod root_info;
+
+pub use communicator::{Communicator, OpArgs};

@@ -1,0 +1,419 @@
+//! Links between ranks and the per-rank endpoint that drives them.
+//!
+//! A rank reaches each peer through one link: itself (local copy), in-process memory (ranks
+//! that are threads of one process) or TCP (ranks in other processes). The endpoint posts sends
+//! and receives on those links and completes them together in one progress loop, so any set of
+//! operations whose peers post the matching ones completes without deadlock.
+
+pub mod acceptor;
+pub mod doorbell;
+pub mod inproc;
+pub mod net;
+pub mod tcp;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::base::dtype::{DataType, ReduceOp};
+use crate::base::error::{Error, ErrorKind, Result};
+use doorbell::Doorbell;
+use inproc::InprocFabric;
+use tcp::TcpLink;
+
+/// How the receiver combines incoming data with what its buffer holds: `dst = dst op src`.
+#[derive(Clone, Copy, Debug)]
+pub struct ReduceFn {
+    /// The kernel: `(dtype, op, dst, a, b, count)` computing `dst = a op b`.
+    pub kernel: unsafe fn(DataType, ReduceOp, *mut u8, *const u8, *const u8, usize),
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator.
+    pub op: ReduceOp,
+    /// Element size in bytes (partial elements are never reduced).
+    pub elem_size: usize,
+}
+
+impl ReduceFn {
+    /// Applies `dst = dst op src` over `len` bytes.
+    ///
+    /// # Safety
+    /// `dst` valid for reads and writes, `src` for reads, of `len` bytes; `len` a multiple of the
+    /// element size.
+    pub unsafe fn apply(&self, dst: *mut u8, src: *const u8, len: usize) {
+        (self.kernel)(self.dtype, self.op, dst, dst, src, len / self.elem_size);
+    }
+}
+
+/// Which kind of link connects this rank to a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    /// The rank itself.
+    Local,
+    /// Another thread of this process.
+    Memory,
+    /// Another process, over TCP.
+    Tcp,
+}
+
+enum Link {
+    Local,
+    Memory,
+    Tcp(Box<TcpLink>),
+}
+
+#[derive(Clone, Copy)]
+enum Pending {
+    MemSend {
+        peer: u32,
+        seq: u64,
+    },
+    MemRecv {
+        peer: u32,
+        ptr: usize,
+        len: usize,
+        reduce: Option<ReduceFn>,
+    },
+}
+
+/// One rank's view of a communicator's links.
+pub struct Endpoint {
+    me: u32,
+    links: Vec<Link>,
+    fabric: Option<Arc<InprocFabric>>,
+    bell: Arc<Doorbell>,
+    pending: Vec<Pending>,
+    tcp_active: Vec<u32>,
+    local_sends: Vec<(usize, usize)>,
+    broken: Option<Error>,
+}
+
+/// What an endpoint is made of: per peer either memory (with the shared fabric) or a stream.
+pub enum PeerLink {
+    /// This rank.
+    Local,
+    /// Same process.
+    Memory,
+    /// A connected TCP stream.
+    Tcp(std::net::TcpStream),
+}
+
+impl Endpoint {
+    /// Builds the endpoint of rank `me` from its per-peer links.
+    pub fn new(
+        me: u32,
+        peers: Vec<PeerLink>,
+        fabric: Option<Arc<InprocFabric>>,
+        bell: Arc<Doorbell>,
+    ) -> Result<Endpoint> {
+        let mut links = Vec::with_capacity(peers.len());
+        for (p, l) in peers.into_iter().enumerate() {
+            links.push(match l {
+                PeerLink::Local => Link::Local,
+                PeerLink::Memory => {
+                    if fabric.is_none() {
+                        return Err(Error::new(ErrorKind::Internal, "memory link without fabric"));
+                    }
+                    Link::Memory
+                }
+                PeerLink::Tcp(s) => Link::Tcp(Box::new(TcpLink::new(s, p as u32)?)),
+            });
+        }
+        Ok(Endpoint {
+            me,
+            links,
+            fabric,
+            bell,
+            pending: Vec::new(),
+            tcp_active: Vec::new(),
+            local_sends: Vec::new(),
+            broken: None,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.me
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.links.len() as u32
+    }
+
+    /// The kind of link to `peer`.
+    pub fn link_kind(&self, peer: u32) -> LinkKind {
+        match self.links[peer as usize] {
+            Link::Local => LinkKind::Local,
+            Link::Memory => LinkKind::Memory,
+            Link::Tcp(_) => LinkKind::Tcp,
+        }
+    }
+
+    /// The error that broke this endpoint, if a previous operation failed mid-way.
+    pub fn broken(&self) -> Option<&Error> {
+        self.broken.as_ref()
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!("communicator unusable after an earlier failure: {}", e.msg),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts a send of `len` bytes at `ptr` to `peer`.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and unmodified until `wait_all` returns.
+    pub unsafe fn post_send(&mut self, peer: u32, ptr: *const u8, len: usize) -> Result<()> {
+        self.check_usable()?;
+        match &mut self.links[peer as usize] {
+            Link::Local => self.local_sends.push((ptr as usize, len)),
+            Link::Memory => {
+                let f = self.fabric.as_ref().expect("memory link has a fabric");
+                let seq = f.post_send(self.me as usize, peer as usize, ptr, len);
+                self.pending.push(Pending::MemSend { peer, seq });
+            }
+            Link::Tcp(t) => {
+                t.post_send(ptr, len);
+                if !self.tcp_active.contains(&peer) {
+                    self.tcp_active.push(peer);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts a receive of `len` bytes from `peer` into `ptr`, reducing into it when `reduce` is
+    /// given.
+    ///
+    /// # Safety
+    /// The buffer must stay valid until `wait_all` returns and not be touched meanwhile.
+    pub unsafe fn post_recv(
+        &mut self,
+        peer: u32,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+    ) -> Result<()> {
+        self.check_usable()?;
+        match &mut self.links[peer as usize] {
+            Link::Local => {
+                if self.local_sends.is_empty() {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        "self-receive posted before the matching self-send",
+                    ));
+                }
+                let (src, slen) = self.local_sends.remove(0);
+                if slen != len {
+                    return Err(Error::new(
+                        ErrorKind::Para,
+                        format!("self send/receive size mismatch: {slen} vs {len} bytes"),
+                    ));
+                }
+                if len > 0 {
+                    match reduce {
+                        None => std::ptr::copy(src as *const u8, ptr, len),
+                        Some(r) => r.apply(ptr, src as *const u8, len),
+                    }
+                }
+            }
+            Link::Memory => self.pending.push(Pending::MemRecv {
+                peer,
+                ptr: ptr as usize,
+                len,
+                reduce,
+            }),
+            Link::Tcp(t) => {
+                t.post_recv(ptr, len, reduce);
+                if !self.tcp_active.contains(&peer) {
+                    self.tcp_active.push(peer);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes every posted operation, failing at `deadline` (None: wait forever).
+    pub fn wait_all(&mut self, deadline: Option<Instant>) -> Result<()> {
+        let r = self.wait_inner(deadline);
+        if let Err(e) = &r {
+            self.abort(e);
+        }
+        r
+    }
+
+    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<()> {
+        if !self.local_sends.is_empty() {
+            self.local_sends.clear();
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "self-send without a matching self-receive",
+            ));
+        }
+        let mut pollfds: Vec<libc::pollfd> = Vec::new();
+        loop {
+            let seen = self.bell.seq();
+            let mut progressed = self.progress_memory()?;
+            progressed |= self.progress_tcp()?;
+            if self.pending.is_empty() && self.tcp_active.is_empty() {
+                return Ok(());
+            }
+            if let Some(f) = &self.fabric {
+                if let Some(msg) = f.failure() {
+                    return Err(Error::new(
+                        ErrorKind::Remote,
+                        format!("another rank of this process failed: {msg}"),
+                    ));
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let timeout_ms = match deadline {
+                None => 1000,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(self.timeout_error());
+                    }
+                    left.as_millis().min(1000) as i32
+                }
+            };
+            pollfds.clear();
+            for &p in &self.tcp_active {
+                if let Link::Tcp(t) = &self.links[p as usize] {
+                    pollfds.push(libc::pollfd {
+                        fd: t.fd(),
+                        events: t.poll_events(),
+                        revents: 0,
+                    });
+                }
+            }
+            self.bell.wait(seen, &mut pollfds, timeout_ms.max(1));
+        }
+    }
+
+    fn timeout_error(&self) -> Error {
+        let mut waiting: Vec<u32> = self
+            .pending
+            .iter()
+            .map(|p| match p {
+                Pending::MemSend { peer, .. } | Pending::MemRecv { peer, .. } => *peer,
+            })
+            .chain(self.tcp_active.iter().copied())
+            .collect();
+        waiting.sort_unstable();
+        waiting.dedup();
+        Error::new(
+            ErrorKind::Timeout,
+            format!("rank {} timed out waiting for peer rank(s) {waiting:?}", self.me),
+        )
+    }
+
+    fn progress_memory(&mut self) -> Result<bool> {
+        if self.pending.is_empty() {
+            return Ok(false);
+        }
+        let f = self.fabric.clone().expect("pending memory ops imply a fabric");
+        let me = self.me as usize;
+        let mut progressed = false;
+        let mut i = 0;
+        // Receives from one peer must complete in posting order: remember peers whose earlier
+        // receive is still open in this pass.
+        let mut blocked: u64 = 0;
+        let mut blocked_big: Vec<u32> = Vec::new();
+        let mut reduce_blocked = false;
+        while i < self.pending.len() {
+            let done = match self.pending[i] {
+                Pending::MemSend { peer, seq } => f.send_done(me, peer as usize, seq),
+                Pending::MemRecv {
+                    peer,
+                    ptr,
+                    len,
+                    reduce,
+                } => {
+                    // Reductions also complete in posting order across peers, so the
+                    // combination order (and so the bits of a float result) never depends on
+                    // which peer happened to be ready first.
+                    let peer_blocked = if peer < 64 {
+                        blocked & (1 << peer) != 0
+                    } else {
+                        blocked_big.contains(&peer)
+                    };
+                    let ok = if peer_blocked || (reduce.is_some() && reduce_blocked) {
+                        false
+                    } else {
+                        // SAFETY: post_recv's contract keeps the buffer valid.
+                        unsafe {
+                            f.try_recv(peer as usize, me, ptr as *mut u8, len, reduce.as_ref())?
+                        }
+                    };
+                    if !ok {
+                        reduce_blocked |= reduce.is_some();
+                        if peer < 64 {
+                            blocked |= 1 << peer;
+                        } else if !blocked_big.contains(&peer) {
+                            blocked_big.push(peer);
+                        }
+                    }
+                    ok
+                }
+            };
+            if done {
+                self.pending.remove(i);
+                progressed = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(progressed)
+    }
+
+    fn progress_tcp(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        let mut i = 0;
+        while i < self.tcp_active.len() {
+            let p = self.tcp_active[i] as usize;
+            if let Link::Tcp(t) = &mut self.links[p] {
+                progressed |= t.progress()?;
+                if t.idle() {
+                    self.tcp_active.swap_remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        Ok(progressed)
+    }
+
+    /// Abandons pending operations after a failure and tells peers: TCP links are shut down and
+    /// the in-process fabric is marked failed, so every rank waiting on this one errors out.
+    pub fn abort(&mut self, why: &Error) {
+        log::error!("rank {}: aborting communicator links: {}", self.me, why.msg);
+        self.pending.clear();
+        self.tcp_active.clear();
+        self.local_sends.clear();
+        for l in &mut self.links {
+            if let Link::Tcp(t) = l {
+                t.abort();
+            }
+        }
+        if let Some(f) = &self.fabric {
+            f.fail(&format!("rank {}: {}", self.me, why.msg));
+        }
+        self.broken = Some(why.clone());
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if let Some(f) = &self.fabric {
+            f.leave(self.me as usize);
+        }
+    }
+}

@@ -21,10 +21,12 @@ pub fn choose(coll: &Coll, ctx: &Ctx) -> Algo {
         };
     }
     let bytes = match coll {
-        Coll::AllReduce { count }
-        | Coll::Broadcast { count, .. }
-        | Coll::Reduce { count, .. } => count * ctx.elem,
-        Coll::AllGather { count } | Coll::ReduceScatter { count } => count * ctx.elem * ctx.n as usize,
+        Coll::AllReduce { count } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. } => {
+            count * ctx.elem
+        }
+        Coll::AllGather { count } | Coll::ReduceScatter { count } => {
+            count * ctx.elem * ctx.n as usize
+        }
         Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
             counts.iter().sum::<usize>() * ctx.elem
         }

@@ -24,7 +24,7 @@ pub struct RankBufs {
 /// The reduction applied by `RecvReduce`/`Reduce`: `dst = dst op src` on byte slices.
 pub type SimReduce<'a> = &'a dyn Fn(&mut [u8], &[u8]);
 
-fn buf_mut<'a>(b: &'a mut RankBufs, which: Buf) -> &'a mut Vec<u8> {
+fn buf_mut(b: &mut RankBufs, which: Buf) -> &mut Vec<u8> {
     match which {
         Buf::Send if b.in_place => &mut b.recv,
         Buf::Send => &mut b.send,

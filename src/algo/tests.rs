@@ -53,7 +53,9 @@ fn check_all(
 ) {
     for algo in ALGOS {
         for network in [false, true] {
-            let scheds: Vec<Schedule> = (0..n).map(|r| build(coll, &ctx(r, n, network), algo)).collect();
+            let scheds: Vec<Schedule> = (0..n)
+                .map(|r| build(coll, &ctx(r, n, network), algo))
+                .collect();
             let mut bufs: Vec<RankBufs> = (0..n)
                 .map(|r| {
                     let (send, recv) = setup(r);
@@ -64,9 +66,8 @@ fn check_all(
                     }
                 })
                 .collect();
-            run(&scheds, &mut bufs, &add).unwrap_or_else(|e| {
-                panic!("{coll:?} n={n} {algo:?} network={network}: {e}")
-            });
+            run(&scheds, &mut bufs, &add)
+                .unwrap_or_else(|e| panic!("{coll:?} n={n} {algo:?} network={network}: {e}"));
             for (r, b) in bufs.iter().enumerate() {
                 assert!(
                     check(r, &from_bytes(&b.recv)),
@@ -125,7 +126,8 @@ fn reduce_scatter_v_all_shapes() {
             &Coll::ReduceScatterV { counts, displs },
             &|r| ((0..extent).map(|i| val(r, i)).collect(), fill(c2[r])),
             &|r, out| {
-                (0..c2[r]).all(|i| out[i] == (0..n).fold(0u64, |a, q| a.wrapping_add(val(q, d2[r] + i))))
+                (0..c2[r])
+                    .all(|i| out[i] == (0..n).fold(0u64, |a, q| a.wrapping_add(val(q, d2[r] + i))))
             },
         );
     }
@@ -202,8 +204,9 @@ fn reduce_all_shapes() {
                     &|r| ((0..count).map(|i| val(r, i)).collect(), fill(count)),
                     &|r, out| {
                         r != root
-                            || (0..count)
-                                .all(|i| out[i] == (0..n).fold(0u64, |a, q| a.wrapping_add(val(q, i))))
+                            || (0..count).all(|i| {
+                                out[i] == (0..n).fold(0u64, |a, q| a.wrapping_add(val(q, i)))
+                            })
                     },
                 );
             }
@@ -283,7 +286,9 @@ fn alltoallv_all_shapes() {
 #[test]
 fn barrier_completes() {
     for n in 1..=33 {
-        let scheds: Vec<Schedule> = (0..n).map(|r| build(&Coll::Barrier, &ctx(r, n, true), Algo::Direct)).collect();
+        let scheds: Vec<Schedule> = (0..n)
+            .map(|r| build(&Coll::Barrier, &ctx(r, n, true), Algo::Direct))
+            .collect();
         let mut bufs = vec![RankBufs::default(); n];
         run(&scheds, &mut bufs, &add).unwrap();
     }
@@ -295,8 +300,16 @@ fn p2p_ring_in_one_step_completes() {
         let scheds: Vec<Schedule> = (0..n)
             .map(|r| {
                 let items = vec![
-                    P2pItem { send: false, peer: ((r + n - 1) % n) as u32, bytes: 16 },
-                    P2pItem { send: true, peer: ((r + 1) % n) as u32, bytes: 16 },
+                    P2pItem {
+                        send: false,
+                        peer: ((r + n - 1) % n) as u32,
+                        bytes: 16,
+                    },
+                    P2pItem {
+                        send: true,
+                        peer: ((r + 1) % n) as u32,
+                        bytes: 16,
+                    },
                 ];
                 build(&Coll::P2p { items }, &ctx(r, n, true), Algo::Direct)
             })
@@ -318,9 +331,17 @@ fn p2p_ring_in_one_step_completes() {
 fn sim_detects_deadlock() {
     // Two ranks that both only receive.
     let mut s = Schedule::new("bad");
-    s.step().push(Action::Recv { peer: 1, dst: Span::new(Buf::Recv, 0, 0) });
+    s.step().push(Action::Recv {
+        peer: 1,
+        dst: Span::new(Buf::Recv, 0, 0),
+    });
     let mut t = Schedule::new("bad");
-    t.step().push(Action::Recv { peer: 0, dst: Span::new(Buf::Recv, 0, 0) });
+    t.step().push(Action::Recv {
+        peer: 0,
+        dst: Span::new(Buf::Recv, 0, 0),
+    });
     let mut bufs = vec![RankBufs::default(); 2];
-    assert!(run(&[s, t], &mut bufs, &add).unwrap_err().contains("deadlock"));
+    assert!(run(&[s, t], &mut bufs, &add)
+        .unwrap_err()
+        .contains("deadlock"));
 }

@@ -3,8 +3,8 @@
 //! Ranks in the same process exchange through memory; ranks on the same host could use shared
 //! memory; ranks on different hosts use the network. Identity is decided once per process.
 
+use parking_lot::Mutex;
 use std::hash::Hasher;
-use std::sync::OnceLock;
 
 /// The location of one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,13 +49,8 @@ pub fn random_bytes(buf: &mut [u8]) {
     let mut filled = 0;
     while filled < buf.len() {
         // SAFETY: writes at most the remaining length into buf.
-        let n = unsafe {
-            libc::getrandom(
-                buf[filled..].as_mut_ptr().cast(),
-                buf.len() - filled,
-                0,
-            )
-        };
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
         if n > 0 {
             filled += n as usize;
         } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -100,13 +95,23 @@ fn compute_host_id(override_id: Option<&str>) -> u64 {
     h.finish()
 }
 
-/// This process's location (computed once; `host_override` is `HCCL_HOST_ID`).
+/// This process's location (`host_override` is `HCCL_HOST_ID`). Computed once per process;
+/// a forked child gets its own process identity, so it is never mistaken for its parent.
 pub fn local(host_override: Option<&str>) -> Location {
-    static LOC: OnceLock<Location> = OnceLock::new();
-    *LOC.get_or_init(|| Location {
-        host: compute_host_id(host_override),
-        process: random_u128(),
-    })
+    static LOC: Mutex<Option<(u32, Location)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut g = LOC.lock();
+    match *g {
+        Some((p, loc)) if p == pid => loc,
+        _ => {
+            let loc = Location {
+                host: compute_host_id(host_override),
+                process: random_u128(),
+            };
+            *g = Some((pid, loc));
+            loc
+        }
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,12 @@ impl RankRecord {
         let ip = match b[4] {
             4 => IpAddr::V4(Ipv4Addr::new(b[8], b[9], b[10], b[11])),
             6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[8..24]).unwrap())),
-            _ => return Err(Error::new(ErrorKind::Para, "bad address family in rank record")),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Para,
+                    "bad address family in rank record",
+                ))
+            }
         };
         Ok(RankRecord {
             rank: u32::from_le_bytes(b[0..4].try_into().unwrap()),
@@ -179,7 +184,8 @@ fn root_loop(listener: RootListener, token: u128, deadline: Instant) -> Result<(
                     .collect(),
                 None => Vec::new(),
             };
-            let msg = format!("rank(s) {missing:?} did not reach the root before the connect timeout");
+            let msg =
+                format!("rank(s) {missing:?} did not reach the root before the connect timeout");
             log::error!("bootstrap root: {msg}");
             for (_, c) in ranks.iter_mut().flatten() {
                 reply_error(c.as_mut(), ErrorKind::Timeout, &msg);
@@ -206,12 +212,20 @@ fn root_loop(listener: RootListener, token: u128, deadline: Instant) -> Result<(
         }
         let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
         if u32_at(0) != HELLO_MAGIC || u32_at(4) != PROTO_VERSION {
-            reply_error(c.as_mut(), ErrorKind::Para, "not a bootstrap hello of this version");
+            reply_error(
+                c.as_mut(),
+                ErrorKind::Para,
+                "not a bootstrap hello of this version",
+            );
             continue;
         }
         if u128::from_le_bytes(h[8..24].try_into().unwrap()) != token {
             log::warn!("bootstrap root: refused a rank carrying another job's token");
-            reply_error(c.as_mut(), ErrorKind::Para, "root info belongs to another job");
+            reply_error(
+                c.as_mut(),
+                ErrorKind::Para,
+                "root info belongs to another job",
+            );
             continue;
         }
         let n = u32_at(24);
@@ -273,7 +287,9 @@ fn connect_root(addr: &RootAddr, deadline: Instant) -> Result<Box<dyn Conn>> {
         if left.is_zero() {
             return Err(Error::new(
                 ErrorKind::Timeout,
-                format!("could not reach the bootstrap root at {addr:?} before the connect timeout"),
+                format!(
+                    "could not reach the bootstrap root at {addr:?} before the connect timeout"
+                ),
             ));
         }
         let res: std::io::Result<Box<dyn Conn>> = match addr {
@@ -281,9 +297,11 @@ fn connect_root(addr: &RootAddr, deadline: Instant) -> Result<Box<dyn Conn>> {
                 let _ = s.set_nodelay(true);
                 Box::new(s) as Box<dyn Conn>
             }),
-            RootAddr::Unix(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-                .and_then(|a| UnixStream::connect_addr(&a))
-                .map(|s| Box::new(s) as Box<dyn Conn>),
+            RootAddr::Unix(name) => {
+                std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                    .and_then(|a| UnixStream::connect_addr(&a))
+                    .map(|s| Box::new(s) as Box<dyn Conn>)
+            }
         };
         match res {
             Ok(c) => return Ok(c),
@@ -345,11 +363,18 @@ pub fn exchange(
         };
         return Err(Error::new(
             kind,
-            format!("bootstrap root refused rank {}: {}", me.rank, String::from_utf8_lossy(&msg)),
+            format!(
+                "bootstrap root refused rank {}: {}",
+                me.rank,
+                String::from_utf8_lossy(&msg)
+            ),
         ));
     }
     if len != n {
-        return Err(Error::new(ErrorKind::Internal, "bootstrap root sent a table of the wrong size"));
+        return Err(Error::new(
+            ErrorKind::Internal,
+            "bootstrap root sent a table of the wrong size",
+        ));
     }
     let mut body = vec![0u8; n as usize * RECORD];
     c.read_exact(&mut body)?;
@@ -359,7 +384,10 @@ pub fn exchange(
         .collect::<Result<Vec<_>>>()?;
     for (i, r) in table.iter().enumerate() {
         if r.rank as usize != i {
-            return Err(Error::new(ErrorKind::Internal, "bootstrap table out of order"));
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "bootstrap table out of order",
+            ));
         }
     }
     Ok(table)

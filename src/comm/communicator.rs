@@ -118,7 +118,12 @@ fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
 
 impl Communicator {
     /// Joins the communicator described by `info` as `rank` of `n`.
-    pub fn init_root_info(n: u32, info: &RootInfo, rank: u32, cfg: CommConfig) -> Result<Communicator> {
+    pub fn init_root_info(
+        n: u32,
+        info: &RootInfo,
+        rank: u32,
+        cfg: CommConfig,
+    ) -> Result<Communicator> {
         check_rank(rank, n)?;
         let me = my_record(rank, &cfg)?;
         let dl = deadline(&cfg);
@@ -137,7 +142,9 @@ impl Communicator {
         check_rank(rank, n)?;
         let key = rt.fingerprint();
         let dl = deadline(&cfg);
-        let (_, dev0) = rt.rank(0).ok_or_else(|| Error::new(ErrorKind::Para, "rank table has no rank 0"))?;
+        let (_, dev0) = rt
+            .rank(0)
+            .ok_or_else(|| Error::new(ErrorKind::Para, "rank table has no rank 0"))?;
         let root = match (dev0.device_ip, dev0.device_port) {
             (Some(ip), Some(port)) => RootAddr::Tcp(std::net::SocketAddr::new(ip, port)),
             _ => RootAddr::Unix(format!("hccl-bootstrap-{key:032x}")),
@@ -186,7 +193,15 @@ impl Communicator {
         cfg.force_network = false;
         (0..n)
             .map(|r| {
-                Communicator::connect(key, name.clone(), r, table.clone(), cfg.clone(), devices[r as usize], dl)
+                Communicator::connect(
+                    key,
+                    name.clone(),
+                    r,
+                    table.clone(),
+                    cfg.clone(),
+                    devices[r as usize],
+                    dl,
+                )
             })
             .collect()
     }
@@ -194,7 +209,13 @@ impl Communicator {
     /// Creates a sub-communicator of the ranks `ranks` of `self` (in that order); this rank is
     /// `sub_rank` of it. Every member calls this; no rendezvous through a root is needed
     /// because the parent already knows how to reach every member.
-    pub fn create_sub(&self, ranks: &[u32], sub_id: u64, sub_rank: u32, cfg: CommConfig) -> Result<Communicator> {
+    pub fn create_sub(
+        &self,
+        ranks: &[u32],
+        sub_id: u64,
+        sub_rank: u32,
+        cfg: CommConfig,
+    ) -> Result<Communicator> {
         let n = ranks.len() as u32;
         check_rank(sub_rank, n)?;
         let mut seen = vec![false; self.size as usize];
@@ -202,11 +223,17 @@ impl Communicator {
             if r >= self.size {
                 return Err(Error::new(
                     ErrorKind::Para,
-                    format!("rank id {r} is not a rank of the parent communicator (size {})", self.size),
+                    format!(
+                        "rank id {r} is not a rank of the parent communicator (size {})",
+                        self.size
+                    ),
                 ));
             }
             if std::mem::replace(&mut seen[r as usize], true) {
-                return Err(Error::new(ErrorKind::Para, format!("rank id {r} listed twice")));
+                return Err(Error::new(
+                    ErrorKind::Para,
+                    format!("rank id {r} listed twice"),
+                ));
             }
         }
         if ranks[sub_rank as usize] != self.rank {
@@ -254,8 +281,17 @@ impl Communicator {
         let me = table[rank as usize];
         let bell = Arc::new(Doorbell::new()?);
         let same_proc = |p: &RankRecord| p.loc.process == me.loc.process && !cfg.force_network;
-        let fabric = if table.iter().enumerate().any(|(i, p)| i as u32 != rank && same_proc(p)) {
-            Some(InprocFabric::join(key, n as usize, rank as usize, bell.clone())?)
+        let fabric = if table
+            .iter()
+            .enumerate()
+            .any(|(i, p)| i as u32 != rank && same_proc(p))
+        {
+            Some(InprocFabric::join(
+                key,
+                n as usize,
+                rank as usize,
+                bell.clone(),
+            )?)
         } else {
             None
         };
@@ -266,7 +302,13 @@ impl Communicator {
         // The lower rank of each pair connects; the higher accepts through the process listener.
         let res: Result<()> = (|| {
             for &p in network_peers.iter().filter(|&&p| p > rank) {
-                streams[p as usize] = Some(acceptor::connect(table[p as usize].data_addr, key, rank, p, dl)?);
+                streams[p as usize] = Some(acceptor::connect(
+                    table[p as usize].data_addr,
+                    key,
+                    rank,
+                    p,
+                    dl,
+                )?);
             }
             if network_peers.iter().any(|&p| p < rank) {
                 let acc = Acceptor::global(&cfg.env)?;
@@ -297,7 +339,9 @@ impl Communicator {
         let network = (0..n).any(|p| ep.link_kind(p) == LinkKind::Tcp);
         log::info!(
             "comm {name}: rank {rank} of {n} ready ({} memory peers, {} network peers)",
-            (0..n).filter(|&p| ep.link_kind(p) == LinkKind::Memory).count(),
+            (0..n)
+                .filter(|&p| ep.link_kind(p) == LinkKind::Memory)
+                .count(),
             network_peers.len()
         );
         Ok(Communicator {
@@ -436,9 +480,9 @@ impl Communicator {
 
     fn log_choice(&self, inner: &mut Inner, args: &OpArgs, algo: Algo) {
         let bytes = match &args.coll {
-            Coll::AllReduce { count } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. } => {
-                count * args.dtype.size()
-            }
+            Coll::AllReduce { count }
+            | Coll::Broadcast { count, .. }
+            | Coll::Reduce { count, .. } => count * args.dtype.size(),
             _ => 0,
         };
         let bucket = usize::BITS - bytes.leading_zeros();

@@ -97,7 +97,10 @@ impl CommConfig {
         };
         if let Some(n) = &ov.name {
             if n.len() >= 128 {
-                return Err(Error::new(ErrorKind::Para, "hcclCommName longer than 127 bytes"));
+                return Err(Error::new(
+                    ErrorKind::Para,
+                    "hcclCommName longer than 127 bytes",
+                ));
             }
         }
         Ok(CommConfig {
@@ -164,7 +167,10 @@ mod tests {
                 ..Default::default()
             },
         ] {
-            assert_eq!(CommConfig::merge(&ov, &e).unwrap_err().kind, ErrorKind::Para);
+            assert_eq!(
+                CommConfig::merge(&ov, &e).unwrap_err().kind,
+                ErrorKind::Para
+            );
         }
     }
 }

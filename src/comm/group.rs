@@ -39,7 +39,10 @@ pub fn end() -> Result<()> {
     let ops = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
-            return Err(Error::new(ErrorKind::Para, "HcclGroupEnd without HcclGroupStart"));
+            return Err(Error::new(
+                ErrorKind::Para,
+                "HcclGroupEnd without HcclGroupStart",
+            ));
         }
         g.depth -= 1;
         Ok(if g.depth == 0 {

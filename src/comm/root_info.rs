@@ -124,7 +124,10 @@ mod tests {
         for i in [0usize, 5, 8, 12, 20, 40, 50, 60, 64] {
             let mut b = good;
             b[i] ^= 0x40;
-            assert!(RootInfo::decode(&b).is_err(), "byte {i} flipped was accepted");
+            assert!(
+                RootInfo::decode(&b).is_err(),
+                "byte {i} flipped was accepted"
+            );
         }
         assert!(RootInfo::decode(&[0u8; ROOT_INFO_BYTES]).is_err());
         assert!(RootInfo::decode(&[0xffu8; ROOT_INFO_BYTES]).is_err());

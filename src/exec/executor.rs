@@ -55,22 +55,23 @@ pub unsafe fn run(
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
 ) -> Result<()> {
-    let need_red = || {
-        red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"))
-    };
+    let need_red =
+        || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
     for step in &sched.steps {
         for a in &step.actions {
             match *a {
                 Action::Copy { src, dst } => {
                     let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
-                    if s != d as *const u8 && src.len > 0 {
+                    if !std::ptr::eq(s, d) && src.len > 0 {
                         std::ptr::copy(s, d, src.len);
                     }
                 }
-                Action::Reduce { dst, src } => {
-                    if src.len > 0 {
-                        need_red()?.apply(bufs.addr(dst) as *mut u8, bufs.addr(src) as *const u8, src.len);
-                    }
+                Action::Reduce { dst, src } if src.len > 0 => {
+                    need_red()?.apply(
+                        bufs.addr(dst) as *mut u8,
+                        bufs.addr(src) as *const u8,
+                        src.len,
+                    );
                 }
                 _ => {}
             }

@@ -58,5 +58,8 @@ pub fn call(api: &'static str, f: impl FnOnce() -> Result<()>) -> HcclResult {
 
 /// An error for an API that needs NPU hardware or a feature this library does not offer.
 pub fn not_supported(api: &str, why: &str) -> Error {
-    Error::new(ErrorKind::NotSupport, format!("{api} is not supported: {why}"))
+    Error::new(
+        ErrorKind::NotSupport,
+        format!("{api} is not supported: {why}"),
+    )
 }

@@ -1,8 +1,14 @@
 //! The collective operations of `hccl.h`.
 //!
 //! This file is the source cbindgen reads for `include/hccl/hccl.h`.
+//!
+//! # Safety
+//! These are C entry points with HCCL's contract: every pointer argument is either NULL
+//! (rejected with `HCCL_E_PTR` where a value is required) or valid for the access the HCCL
+//! documentation describes for that argument (buffers of `count` elements, arrays of
+//! `rankSize` counts, writable output slots). Handles are never dereferenced: they are looked up.
 
-#![allow(non_snake_case)]
+#![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::os::raw::c_void;
 
@@ -35,7 +41,16 @@ pub unsafe extern "C" fn HcclAllReduce(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAllReduce", sendBuf, recvBuf, count, dataType, op, comm, stream);
+    entry!(
+        "HcclAllReduce",
+        sendBuf,
+        recvBuf,
+        count,
+        dataType,
+        op,
+        comm,
+        stream
+    );
     call("HcclAllReduce", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -43,7 +58,9 @@ pub unsafe extern "C" fn HcclAllReduce(
         let n = v::bytes(count, dt)?;
         let args = OpArgs {
             name: "AllReduce",
-            coll: Coll::AllReduce { count: v::count(count)? },
+            coll: Coll::AllReduce {
+                count: v::count(count)?,
+            },
             dtype: dt,
             op: Some(op),
             send: v::buffer(sendBuf, n, "sendBuf")?,
@@ -73,7 +90,10 @@ pub unsafe extern "C" fn HcclBroadcast(
         let b = v::buffer(buf, n, "buf")?;
         let args = OpArgs {
             name: "Broadcast",
-            coll: Coll::Broadcast { count: v::count(count)?, root },
+            coll: Coll::Broadcast {
+                count: v::count(count)?,
+                root,
+            },
             dtype: dt,
             op: None,
             send: b,
@@ -96,7 +116,17 @@ pub unsafe extern "C" fn HcclReduce(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclReduce", sendBuf, recvBuf, count, dataType, op, root, comm, stream);
+    entry!(
+        "HcclReduce",
+        sendBuf,
+        recvBuf,
+        count,
+        dataType,
+        op,
+        root,
+        comm,
+        stream
+    );
     call("HcclReduce", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -106,7 +136,10 @@ pub unsafe extern "C" fn HcclReduce(
         let recv_bytes = if c.rank() == root { n } else { 0 };
         let args = OpArgs {
             name: "Reduce",
-            coll: Coll::Reduce { count: v::count(count)?, root },
+            coll: Coll::Reduce {
+                count: v::count(count)?,
+                root,
+            },
             dtype: dt,
             op: Some(op),
             send: v::buffer(sendBuf, n, "sendBuf")?,
@@ -127,7 +160,15 @@ pub unsafe extern "C" fn HcclAllGather(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAllGather", sendBuf, recvBuf, sendCount, dataType, comm, stream);
+    entry!(
+        "HcclAllGather",
+        sendBuf,
+        recvBuf,
+        sendCount,
+        dataType,
+        comm,
+        stream
+    );
     call("HcclAllGather", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -135,7 +176,9 @@ pub unsafe extern "C" fn HcclAllGather(
         let total = v::bytes(v::mul(sendCount, c.size() as u64)?, dt)?;
         let args = OpArgs {
             name: "AllGather",
-            coll: Coll::AllGather { count: v::count(sendCount)? },
+            coll: Coll::AllGather {
+                count: v::count(sendCount)?,
+            },
             dtype: dt,
             op: None,
             send: v::buffer(sendBuf, n, "sendBuf")?,
@@ -158,7 +201,17 @@ pub unsafe extern "C" fn HcclAllGatherV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAllGatherV", sendBuf, sendCount, recvBuf, recvCounts, recvDispls, dataType, comm, stream);
+    entry!(
+        "HcclAllGatherV",
+        sendBuf,
+        sendCount,
+        recvBuf,
+        recvCounts,
+        recvDispls,
+        dataType,
+        comm,
+        stream
+    );
     call("HcclAllGatherV", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -199,7 +252,16 @@ pub unsafe extern "C" fn HcclReduceScatter(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclReduceScatter", sendBuf, recvBuf, recvCount, dataType, op, comm, stream);
+    entry!(
+        "HcclReduceScatter",
+        sendBuf,
+        recvBuf,
+        recvCount,
+        dataType,
+        op,
+        comm,
+        stream
+    );
     call("HcclReduceScatter", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -208,7 +270,9 @@ pub unsafe extern "C" fn HcclReduceScatter(
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
         let args = OpArgs {
             name: "ReduceScatter",
-            coll: Coll::ReduceScatter { count: v::count(recvCount)? },
+            coll: Coll::ReduceScatter {
+                count: v::count(recvCount)?,
+            },
             dtype: dt,
             op: Some(op),
             send: v::buffer(sendBuf, total, "sendBuf")?,
@@ -232,7 +296,18 @@ pub unsafe extern "C" fn HcclReduceScatterV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclReduceScatterV", sendBuf, sendCounts, sendDispls, recvBuf, recvCount, dataType, op, comm, stream);
+    entry!(
+        "HcclReduceScatterV",
+        sendBuf,
+        sendCounts,
+        sendDispls,
+        recvBuf,
+        recvCount,
+        dataType,
+        op,
+        comm,
+        stream
+    );
     call("HcclReduceScatterV", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -274,7 +349,16 @@ pub unsafe extern "C" fn HcclScatter(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclScatter", sendBuf, recvBuf, recvCount, dataType, root, comm, stream);
+    entry!(
+        "HcclScatter",
+        sendBuf,
+        recvBuf,
+        recvCount,
+        dataType,
+        root,
+        comm,
+        stream
+    );
     call("HcclScatter", || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -284,7 +368,10 @@ pub unsafe extern "C" fn HcclScatter(
         let send_bytes = if c.rank() == root { total } else { 0 };
         let args = OpArgs {
             name: "Scatter",
-            coll: Coll::Scatter { count: v::count(recvCount)?, root },
+            coll: Coll::Scatter {
+                count: v::count(recvCount)?,
+                root,
+            },
             dtype: dt,
             op: None,
             send: v::buffer(sendBuf, send_bytes, "sendBuf")?,
@@ -295,13 +382,20 @@ pub unsafe extern "C" fn HcclScatter(
     })
 }
 
-fn same_type(send: HcclDataTypeRaw, recv: HcclDataTypeRaw) -> crate::base::error::Result<crate::base::dtype::DataType> {
+fn same_type(
+    send: HcclDataTypeRaw,
+    recv: HcclDataTypeRaw,
+) -> crate::base::error::Result<crate::base::dtype::DataType> {
     let s = v::dtype(send)?;
     let r = v::dtype(recv)?;
     if s != r {
         return Err(Error::new(
             ErrorKind::Para,
-            format!("sendType {} and recvType {} must be the same", s.name(), r.name()),
+            format!(
+                "sendType {} and recvType {} must be the same",
+                s.name(),
+                r.name()
+            ),
         ));
     }
     Ok(s)
@@ -319,7 +413,17 @@ pub unsafe extern "C" fn HcclAlltoAll(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAlltoAll", sendBuf, sendCount, sendType, recvBuf, recvCount, recvType, comm, stream);
+    entry!(
+        "HcclAlltoAll",
+        sendBuf,
+        sendCount,
+        sendType,
+        recvBuf,
+        recvCount,
+        recvType,
+        comm,
+        stream
+    );
     call("HcclAlltoAll", || {
         let c = v::comm(comm)?;
         let dt = same_type(sendType, recvType)?;
@@ -366,7 +470,19 @@ pub unsafe extern "C" fn HcclAlltoAllV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAlltoAllV", sendBuf, sendCounts, sdispls, sendType, recvBuf, recvCounts, rdispls, recvType, comm, stream);
+    entry!(
+        "HcclAlltoAllV",
+        sendBuf,
+        sendCounts,
+        sdispls,
+        sendType,
+        recvBuf,
+        recvCounts,
+        rdispls,
+        recvType,
+        comm,
+        stream
+    );
     call("HcclAlltoAllV", || {
         let c = v::comm(comm)?;
         let dt = same_type(sendType, recvType)?;
@@ -406,7 +522,16 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclAlltoAllVC", sendBuf, sendCountMatrix, sendType, recvBuf, recvType, comm, stream);
+    entry!(
+        "HcclAlltoAllVC",
+        sendBuf,
+        sendCountMatrix,
+        sendType,
+        recvBuf,
+        recvType,
+        comm,
+        stream
+    );
     call("HcclAlltoAllVC", || {
         let c = v::comm(comm)?;
         let dt = same_type(sendType, recvType)?;
@@ -453,7 +578,6 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
 }
 
 fn p2p(
-    api: &'static str,
     send: bool,
     buf: *mut c_void,
     count: u64,
@@ -462,6 +586,7 @@ fn p2p(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
+    let api = if send { "HcclSend" } else { "HcclRecv" };
     call(api, || {
         let c = v::comm(comm)?;
         let dt = v::dtype(dataType)?;
@@ -471,7 +596,11 @@ fn p2p(
         let args = OpArgs {
             name: if send { "Send" } else { "Recv" },
             coll: Coll::P2p {
-                items: vec![P2pItem { send, peer, bytes: n }],
+                items: vec![P2pItem {
+                    send,
+                    peer,
+                    bytes: n,
+                }],
             },
             dtype: dt,
             op: None,
@@ -494,7 +623,7 @@ pub unsafe extern "C" fn HcclSend(
     stream: aclrtStream,
 ) -> HcclResult {
     entry!("HcclSend", sendBuf, count, dataType, destRank, comm, stream);
-    p2p("HcclSend", true, sendBuf, count, dataType, destRank, comm, stream)
+    p2p(true, sendBuf, count, dataType, destRank, comm, stream)
 }
 
 /// Receives `count` elements from `srcRank`.
@@ -508,7 +637,7 @@ pub unsafe extern "C" fn HcclRecv(
     stream: aclrtStream,
 ) -> HcclResult {
     entry!("HcclRecv", recvBuf, count, dataType, srcRank, comm, stream);
-    p2p("HcclRecv", false, recvBuf, count, dataType, srcRank, comm, stream)
+    p2p(false, recvBuf, count, dataType, srcRank, comm, stream)
 }
 
 /// Runs a batch of sends and receives together (they complete as one step, in any order).
@@ -542,10 +671,15 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
                 }
             };
             let dt = v::dtype(it.dataType).map_err(|e| e.context(format!("item {i}")))?;
-            let peer = v::rank_in(it.remoteRank, &c, "remoteRank").map_err(|e| e.context(format!("item {i}")))?;
+            let peer = v::rank_in(it.remoteRank, &c, "remoteRank")
+                .map_err(|e| e.context(format!("item {i}")))?;
             let n = v::bytes(it.count, dt)?;
             ext.push(v::buffer(it.buf, n, "buf").map_err(|e| e.context(format!("item {i}")))?);
-            items.push(P2pItem { send, peer, bytes: n });
+            items.push(P2pItem {
+                send,
+                peer,
+                bytes: n,
+            });
         }
         let args = OpArgs {
             name: "BatchSendRecv",

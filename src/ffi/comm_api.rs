@@ -1,8 +1,14 @@
 //! The communicator management functions of `hccl_comm.h`.
 //!
 //! This file is the source cbindgen reads for `include/hccl/hccl_comm.h`.
+//!
+//! # Safety
+//! These are C entry points with HCCL's contract: every pointer argument is either NULL
+//! (rejected with `HCCL_E_PTR` where a value is required) or valid for the access the HCCL
+//! documentation describes for that argument (buffers of `count` elements, arrays of
+//! `rankSize` counts, writable output slots). Handles are never dereferenced: they are looked up.
 
-#![allow(non_snake_case)]
+#![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -45,7 +51,10 @@ fn register(c: Communicator, out: *mut HcclComm) -> Result<()> {
         if registry::name_taken(&name, c.rank()) {
             return Err(Error::new(
                 ErrorKind::Para,
-                format!("a communicator named {name} with rank {} already exists", c.rank()),
+                format!(
+                    "a communicator named {name} with rank {} already exists",
+                    c.rank()
+                ),
             ));
         }
     }
@@ -118,7 +127,12 @@ pub unsafe extern "C" fn HcclCommInitRootInfoConfig(
     })
 }
 
-unsafe fn init_cluster(clusterInfo: *const c_char, rank: u32, ov: Overrides, comm: *mut HcclComm) -> Result<()> {
+unsafe fn init_cluster(
+    clusterInfo: *const c_char,
+    rank: u32,
+    ov: Overrides,
+    comm: *mut HcclComm,
+) -> Result<()> {
     let out = v::non_null_mut(comm, "comm")?;
     let path = CStr::from_ptr(v::non_null(clusterInfo, "clusterInfo")?)
         .to_str()
@@ -175,7 +189,8 @@ pub unsafe extern "C" fn HcclCreateSubCommConfig(
                 format!("rankNum {rankNum} must be in 1..={}", parent.size()),
             ));
         }
-        let ids = std::slice::from_raw_parts(v::non_null_mut(rankIds, "rankIds")?, rankNum as usize);
+        let ids =
+            std::slice::from_raw_parts(v::non_null_mut(rankIds, "rankIds")?, rankNum as usize);
         let ov = if config.is_null() {
             Overrides::default()
         } else {
@@ -189,7 +204,11 @@ pub unsafe extern "C" fn HcclCreateSubCommConfig(
 
 /// Creates `ndev` ranks in this process, one per entry of `devices`.
 #[no_mangle]
-pub unsafe extern "C" fn HcclCommInitAll(ndev: u32, devices: *mut i32, comms: *mut HcclComm) -> HcclResult {
+pub unsafe extern "C" fn HcclCommInitAll(
+    ndev: u32,
+    devices: *mut i32,
+    comms: *mut HcclComm,
+) -> HcclResult {
     call("HcclCommInitAll", || {
         let out = v::non_null_mut(comms, "comms")?;
         let devs = std::slice::from_raw_parts(v::non_null_mut(devices, "devices")?, ndev as usize);
@@ -262,12 +281,16 @@ pub unsafe extern "C" fn HcclGetCommName(comm: HcclComm, commName: *mut c_char) 
 
 /// Finds a communicator of this process by name.
 #[no_mangle]
-pub unsafe extern "C" fn HcclCommGetHandleWithName(commName: *const c_char, comm: *mut HcclComm) -> HcclResult {
+pub unsafe extern "C" fn HcclCommGetHandleWithName(
+    commName: *const c_char,
+    comm: *mut HcclComm,
+) -> HcclResult {
     call("HcclCommGetHandleWithName", || {
         let out = v::non_null_mut(comm, "comm")?;
         let name = CStr::from_ptr(v::non_null(commName, "commName")?).to_string_lossy();
-        let h = registry::find_by_name(&name)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no communicator named {name}")))?;
+        let h = registry::find_by_name(&name).ok_or_else(|| {
+            Error::new(ErrorKind::NotFound, format!("no communicator named {name}"))
+        })?;
         *out = h as HcclComm;
         Ok(())
     })
@@ -324,14 +347,20 @@ pub extern "C" fn HcclSetConfig(config: HcclConfigRaw, configValue: HcclConfigVa
                 ErrorKind::Para,
                 format!("HCCL_DETERMINISTIC value {val} must be 0, 1 or 2"),
             )),
-            c => Err(Error::new(ErrorKind::Para, format!("unknown HcclConfig {c}"))),
+            c => Err(Error::new(
+                ErrorKind::Para,
+                format!("unknown HcclConfig {c}"),
+            )),
         }
     })
 }
 
 /// Reads a process-wide option.
 #[no_mangle]
-pub unsafe extern "C" fn HcclGetConfig(config: HcclConfigRaw, configValue: *mut HcclConfigValue) -> HcclResult {
+pub unsafe extern "C" fn HcclGetConfig(
+    config: HcclConfigRaw,
+    configValue: *mut HcclConfigValue,
+) -> HcclResult {
     call("HcclGetConfig", || {
         let out = v::non_null_mut(configValue, "configValue")?;
         match config {
@@ -349,7 +378,10 @@ pub unsafe extern "C" fn HcclGetConfig(config: HcclConfigRaw, configValue: *mut 
                 (*out).value = val;
                 Ok(())
             }
-            c => Err(Error::new(ErrorKind::Para, format!("unknown HcclConfig {c}"))),
+            c => Err(Error::new(
+                ErrorKind::Para,
+                format!("unknown HcclConfig {c}"),
+            )),
         }
     })
 }
@@ -365,7 +397,10 @@ pub extern "C" fn HcclGetCommConfigCapability() -> u32 {
 
 /// The first error of an operation that failed on `comm` (HCCL_SUCCESS if none).
 #[no_mangle]
-pub unsafe extern "C" fn HcclGetCommAsyncError(comm: HcclComm, asyncError: *mut HcclResult) -> HcclResult {
+pub unsafe extern "C" fn HcclGetCommAsyncError(
+    comm: HcclComm,
+    asyncError: *mut HcclResult,
+) -> HcclResult {
     call("HcclGetCommAsyncError", || {
         let out = v::non_null_mut(asyncError, "asyncError")?;
         let c = v::comm(comm)?;
@@ -381,7 +416,10 @@ pub unsafe extern "C" fn HcclGetCommAsyncError(comm: HcclComm, asyncError: *mut 
 pub unsafe extern "C" fn HcclCommSuspend(comm: HcclComm) -> HcclResult {
     call("HcclCommSuspend", || {
         v::comm(comm)?;
-        Err(not_supported("HcclCommSuspend", "communicator suspension needs NPU fault recovery"))
+        Err(not_supported(
+            "HcclCommSuspend",
+            "communicator suspension needs NPU fault recovery",
+        ))
     })
 }
 
@@ -390,18 +428,25 @@ pub unsafe extern "C" fn HcclCommSuspend(comm: HcclComm) -> HcclResult {
 pub unsafe extern "C" fn HcclCommResume(comm: HcclComm) -> HcclResult {
     call("HcclCommResume", || {
         v::comm(comm)?;
-        Err(not_supported("HcclCommResume", "communicator suspension needs NPU fault recovery"))
+        Err(not_supported(
+            "HcclCommResume",
+            "communicator suspension needs NPU fault recovery",
+        ))
     })
 }
 
 /// Status of the communicator named `commId` in this process.
 #[no_mangle]
-pub unsafe extern "C" fn HcclCommGetStatus(commId: *const c_char, status: *mut HcclCommStatus) -> HcclResult {
+pub unsafe extern "C" fn HcclCommGetStatus(
+    commId: *const c_char,
+    status: *mut HcclCommStatus,
+) -> HcclResult {
     call("HcclCommGetStatus", || {
         let out = v::non_null_mut(status, "status")?;
         let name = CStr::from_ptr(v::non_null(commId, "commId")?).to_string_lossy();
-        let h = registry::find_by_name(&name)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no communicator named {name}")))?;
+        let h = registry::find_by_name(&name).ok_or_else(|| {
+            Error::new(ErrorKind::NotFound, format!("no communicator named {name}"))
+        })?;
         let c = registry::get(h)?;
         *out = if c.async_error().is_some() {
             HcclCommStatus::HCCL_COMM_STATUS_INVALID
@@ -455,7 +500,10 @@ pub unsafe extern "C" fn HcclGroupStatusGet(isGroupEnabled: *mut bool) -> HcclRe
 fn npu_only(api: &'static str, comm: HcclComm) -> HcclResult {
     call(api, || {
         v::comm(comm)?;
-        Err(not_supported(api, "device virtual memory management needs NPU hardware"))
+        Err(not_supported(
+            api,
+            "device virtual memory management needs NPU hardware",
+        ))
     })
 }
 
@@ -474,7 +522,10 @@ pub unsafe extern "C" fn HcclCommSetMemoryRange(
 
 /// Needs NPU virtual memory management.
 #[no_mangle]
-pub unsafe extern "C" fn HcclCommUnsetMemoryRange(comm: HcclComm, baseVirPtr: *mut c_void) -> HcclResult {
+pub unsafe extern "C" fn HcclCommUnsetMemoryRange(
+    comm: HcclComm,
+    baseVirPtr: *mut c_void,
+) -> HcclResult {
     let _ = baseVirPtr;
     npu_only("HcclCommUnsetMemoryRange", comm)
 }
@@ -495,7 +546,10 @@ pub unsafe extern "C" fn HcclCommActivateCommMemory(
 
 /// Needs NPU virtual memory management.
 #[no_mangle]
-pub unsafe extern "C" fn HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult {
+pub unsafe extern "C" fn HcclCommDeactivateCommMemory(
+    comm: HcclComm,
+    virPtr: *mut c_void,
+) -> HcclResult {
     let _ = virPtr;
     npu_only("HcclCommDeactivateCommMemory", comm)
 }
@@ -511,7 +565,10 @@ pub unsafe extern "C" fn HcclCommWorkingDevNicSet(
     let _ = (ranks, useBackup, nRanks);
     call("HcclCommWorkingDevNicSet", || {
         v::comm(comm)?;
-        Err(not_supported("HcclCommWorkingDevNicSet", "device NIC switching needs NPU NICs"))
+        Err(not_supported(
+            "HcclCommWorkingDevNicSet",
+            "device NIC switching needs NPU NICs",
+        ))
     })
 }
 
@@ -533,7 +590,10 @@ pub unsafe extern "C" fn HcclCommSymWinRegister(
 pub unsafe extern "C" fn HcclCommSymWinDeregister(win: HcclCommSymWindow) -> HcclResult {
     let _ = win;
     call("HcclCommSymWinDeregister", || {
-        Err(not_supported("HcclCommSymWinDeregister", "symmetric windows need NPU hardware"))
+        Err(not_supported(
+            "HcclCommSymWinDeregister",
+            "symmetric windows need NPU hardware",
+        ))
     })
 }
 
@@ -561,7 +621,10 @@ pub unsafe extern "C" fn HcclConfigGetInfo(
     let _ = (cfgType, infoLen, info);
     call("HcclConfigGetInfo", || {
         v::comm(comm)?;
-        Err(not_supported("HcclConfigGetInfo", "device configuration queries need NPU hardware"))
+        Err(not_supported(
+            "HcclConfigGetInfo",
+            "device configuration queries need NPU hardware",
+        ))
     })
 }
 

@@ -13,9 +13,10 @@ const NOT_SET: u32 = 0xffff_ffff;
 
 fn field_str(bytes: &[c_char], what: &str) -> Result<Option<String>> {
     let raw: Vec<u8> = bytes.iter().map(|&c| c as u8).collect();
-    let end = raw.iter().position(|&b| b == 0).ok_or_else(|| {
-        Error::new(ErrorKind::Para, format!("{what} is not NUL-terminated"))
-    })?;
+    let end = raw
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| Error::new(ErrorKind::Para, format!("{what} is not NUL-terminated")))?;
     if end == 0 {
         return Ok(None);
     }

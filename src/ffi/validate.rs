@@ -94,7 +94,11 @@ pub fn rank_in(r: u32, c: &Communicator, what: &str) -> Result<u32> {
     if r >= c.size() {
         return Err(Error::new(
             ErrorKind::Para,
-            format!("{what} {r} is out of range for {} ranks (comm {})", c.size(), c.name()),
+            format!(
+                "{what} {r} is out of range for {} ranks (comm {})",
+                c.size(),
+                c.name()
+            ),
         ));
     }
     Ok(r)

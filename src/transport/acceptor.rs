@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -28,7 +27,9 @@ pub struct Acceptor {
     arrived: Condvar,
 }
 
-static ACCEPTOR: OnceLock<std::result::Result<Acceptor, Error>> = OnceLock::new();
+/// The listener of this process: (pid that started it, listener). A forked child inherits the
+/// parent's entry but not its accept thread, so it starts its own.
+static ACCEPTOR: Mutex<Option<(u32, &'static Acceptor)>> = Mutex::new(None);
 
 fn encode_handshake(key: u128, src: u32, dst: u32) -> [u8; HS_LEN] {
     let mut b = [0u8; HS_LEN];
@@ -60,23 +61,32 @@ pub fn bind_in_range(ip: IpAddr, range: Option<(u16, u16)>) -> Result<TcpListene
         }
         log::warn!("no free port in {lo}-{hi} on {ip}; using an ephemeral port");
     }
-    TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| {
-        Error::new(ErrorKind::Network, format!("cannot listen on {ip}: {e}"))
-    })
+    TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::new(ErrorKind::Network, format!("cannot listen on {ip}: {e}")))
 }
 
 impl Acceptor {
     /// The listener of this process, started on first use on the address chosen from `env`.
     pub fn global(env: &EnvConfig) -> Result<&'static Acceptor> {
-        ACCEPTOR
-            .get_or_init(|| Acceptor::start(env))
-            .as_ref()
-            .map_err(Clone::clone)
+        let pid = std::process::id();
+        let mut g = ACCEPTOR.lock();
+        if let Some((p, a)) = *g {
+            if p == pid {
+                return Ok(a);
+            }
+        }
+        // Leaked on purpose: the accept thread serves the process until it exits.
+        let a: &'static Acceptor = Box::leak(Box::new(Acceptor::start(env)?));
+        *g = Some((pid, a));
+        Ok(a)
     }
 
     /// The listener of this process if it has been started.
     pub fn existing() -> Option<&'static Acceptor> {
-        ACCEPTOR.get().and_then(|r| r.as_ref().ok())
+        match *ACCEPTOR.lock() {
+            Some((p, a)) if p == std::process::id() => Some(a),
+            _ => None,
+        }
     }
 
     fn start(env: &EnvConfig) -> Result<Acceptor> {
@@ -147,9 +157,7 @@ fn park(mut stream: TcpStream) -> Result<()> {
     stream.set_read_timeout(None)?;
     let key = decode_handshake(&hs)
         .ok_or_else(|| Error::new(ErrorKind::Para, format!("bad handshake from {peer}")))?;
-    let acc = ACCEPTOR
-        .get()
-        .and_then(|r| r.as_ref().ok())
+    let acc = Acceptor::existing()
         .ok_or_else(|| Error::new(ErrorKind::Internal, "acceptor not initialised"))?;
     acc.parked.lock().insert(key, stream);
     acc.arrived.notify_all();
@@ -158,7 +166,13 @@ fn park(mut stream: TcpStream) -> Result<()> {
 
 /// Connects to the listener at `addr` as rank `src` reaching rank `dst` of communicator `key`,
 /// retrying refused connections until `deadline`.
-pub fn connect(addr: SocketAddr, key: u128, src: u32, dst: u32, deadline: Instant) -> Result<TcpStream> {
+pub fn connect(
+    addr: SocketAddr,
+    key: u128,
+    src: u32,
+    dst: u32,
+    deadline: Instant,
+) -> Result<TcpStream> {
     let mut delay = Duration::from_millis(2);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

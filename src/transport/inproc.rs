@@ -47,7 +47,12 @@ fn registry() -> &'static Mutex<HashMap<u128, Weak<InprocFabric>>> {
 impl InprocFabric {
     /// Finds or creates the fabric of communicator `key` (all in-process ranks of a comm share
     /// one) and registers `rank`'s doorbell in it.
-    pub fn join(key: u128, n: usize, rank: usize, bell: Arc<Doorbell>) -> Result<Arc<InprocFabric>> {
+    pub fn join(
+        key: u128,
+        n: usize,
+        rank: usize,
+        bell: Arc<Doorbell>,
+    ) -> Result<Arc<InprocFabric>> {
         let mut reg = registry().lock();
         reg.retain(|_, w| w.strong_count() > 0);
         let fabric = match reg.get(&key).and_then(Weak::upgrade) {
@@ -55,7 +60,10 @@ impl InprocFabric {
                 if f.n != n {
                     return Err(Error::new(
                         ErrorKind::Para,
-                        format!("in-process ranks disagree on the rank count ({} vs {n})", f.n),
+                        format!(
+                            "in-process ranks disagree on the rank count ({} vs {n})",
+                            f.n
+                        ),
                     ));
                 }
                 f
@@ -176,7 +184,7 @@ impl InprocFabric {
             let from = desc.ptr as *const u8;
             match reduce {
                 None => {
-                    if from != ptr as *const u8 {
+                    if !std::ptr::eq(from, ptr) {
                         std::ptr::copy(from, ptr, len);
                     }
                 }

@@ -111,7 +111,10 @@ impl Endpoint {
                 PeerLink::Local => Link::Local,
                 PeerLink::Memory => {
                     if fabric.is_none() {
-                        return Err(Error::new(ErrorKind::Internal, "memory link without fabric"));
+                        return Err(Error::new(
+                            ErrorKind::Internal,
+                            "memory link without fabric",
+                        ));
                     }
                     Link::Memory
                 }
@@ -311,7 +314,10 @@ impl Endpoint {
         waiting.dedup();
         Error::new(
             ErrorKind::Timeout,
-            format!("rank {} timed out waiting for peer rank(s) {waiting:?}", self.me),
+            format!(
+                "rank {} timed out waiting for peer rank(s) {waiting:?}",
+                self.me
+            ),
         )
     }
 
@@ -319,7 +325,10 @@ impl Endpoint {
         if self.pending.is_empty() {
             return Ok(false);
         }
-        let f = self.fabric.clone().expect("pending memory ops imply a fabric");
+        let f = self
+            .fabric
+            .clone()
+            .expect("pending memory ops imply a fabric");
         let me = self.me as usize;
         let mut progressed = false;
         let mut i = 0;

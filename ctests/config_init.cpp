@@ -1,0 +1,43 @@
+// C++ program: communicators created with HcclCommConfigInit + HcclCommInitRootInfoConfig.
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include "hccl/hccl.h"
+
+int main()
+{
+    const uint32_t n = 2;
+    HcclRootInfo root;
+    if (HcclGetRootInfo(&root) != HCCL_SUCCESS) return 1;
+    std::vector<int> ok(n, 0);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < n; ++r) {
+        ranks.emplace_back([&, r] {
+            HcclCommConfig cfg;
+            HcclCommConfigInit(&cfg);
+            cfg.hcclBufferSize = 64;
+            cfg.hcclDeterministic = 1;
+            std::strcpy(cfg.hcclCommName, "cpp_comm");
+            HcclComm comm = nullptr;
+            if (HcclCommInitRootInfoConfig(n, &root, r, &cfg, &comm) != HCCL_SUCCESS) return;
+            char name[COMM_NAME_MAX_LENGTH] = {};
+            if (HcclGetCommName(comm, name) != HCCL_SUCCESS || std::strcmp(name, "cpp_comm") != 0) return;
+            std::vector<double> in(513, 1.5 + r), out(513, 0.0);
+            if (HcclAllReduce(in.data(), out.data(), in.size(), HCCL_DATA_TYPE_FP64, HCCL_REDUCE_SUM,
+                              comm, nullptr) != HCCL_SUCCESS)
+                return;
+            for (double v : out)
+                if (v != 4.0) return;
+            HcclComm found = nullptr;
+            if (HcclCommGetHandleWithName("cpp_comm", &found) != HCCL_SUCCESS || found == nullptr) return;
+            if (HcclCommDestroy(comm) != HCCL_SUCCESS) return;
+            ok[r] = 1;
+        });
+    }
+    for (auto &t : ranks) t.join();
+    for (int v : ok)
+        if (!v) return 1;
+    std::printf("config_init: ok\n");
+    return 0;
+}

@@ -1,0 +1,555 @@
+//! Launch modes: how a process learns its rank, and how the root info reaches every rank.
+//!
+//! Without `-t`, each process is one rank. Its rank and the number of ranks come from the first
+//! of these variable sets that is present:
+//!
+//! | launcher | rank | ranks | local rank | ranks on this host |
+//! |---|---|---|---|---|
+//! | ours | `HCCL_RANK` | `HCCL_WORLD_SIZE` | `HCCL_LOCAL_RANK` | `HCCL_LOCAL_WORLD_SIZE` |
+//! | Open MPI | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK` | `OMPI_COMM_WORLD_LOCAL_SIZE` |
+//! | MPICH/Hydra | `PMI_RANK` | `PMI_SIZE` | `MPI_LOCALRANKID` | `MPI_LOCALNRANKS` |
+//! | torchrun | `RANK` | `WORLD_SIZE` | `LOCAL_RANK` | `LOCAL_WORLD_SIZE` |
+//!
+//! With none of them, the process is a single rank.
+//!
+//! Rank 0 calls `HcclGetRootInfo` and serves the 4108-byte blob over TCP (the "info server");
+//! every other rank connects, retrying, until `HCCL_CONNECT_TIMEOUT` seconds (default 120) have
+//! passed. Where the info server listens, first rule that applies:
+//!
+//! 1. `HCCL_ROOT_ADDR=host:port`: exactly there (`HCCL_ROOT_ADDR=host` alone: that host, port
+//!    as in rule 3);
+//! 2. `MASTER_ADDR` and `MASTER_PORT`: there, except that under a real torchrun (which sets
+//!    `TORCHELASTIC_RUN_ID` and whose agent already listens on `MASTER_PORT`) port
+//!    `MASTER_PORT + 1` is used; `MASTER_ADDR` alone: that host, port as in rule 3;
+//! 3. otherwise on 127.0.0.1 — so all ranks must share one host; when the launcher says they
+//!    do not (local size < size) the run stops and asks for `MASTER_ADDR` — at port
+//!    `20000 + FNV-1a(job key) mod 10000`, or the first free one of the 8 ports from there.
+//!    The job key is the first of `HCCL_JOB_ID`, `OMPI_MCA_orte_ess_jobid`,
+//!    `OMPI_MCA_ess_base_jobid`, `PMIX_NAMESPACE`, `PMI_KVSNAME`, `TORCHELASTIC_RUN_ID`, or else
+//!    the parent process id (the launcher's local daemon, shared by the ranks of one host).
+//!
+//! Clients send the job key, the number of ranks and their rank; the server answers only a
+//! matching request, so a neighbouring job on a nearby port is skipped, not joined.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hccl::ffi::types::HCCL_ROOT_INFO_BYTES;
+
+/// First port of the derived range.
+pub const DERIVED_PORT_BASE: u16 = 20000;
+/// Width of the derived range.
+pub const DERIVED_PORT_SPAN: u16 = 10000;
+/// Consecutive ports tried from the derived one.
+pub const PORT_TRIES: u16 = 8;
+
+const MAGIC: &[u8; 8] = b"HCCLTI01";
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the info server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// Exactly this host and port.
+    Fixed {
+        /// Host name or address.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// This host, at the first free of [`PORT_TRIES`] ports from `base`.
+    Derived {
+        /// Host name or address.
+        host: String,
+        /// First port tried.
+        base: u16,
+    },
+}
+
+impl Rendezvous {
+    fn host(&self) -> &str {
+        match self {
+            Rendezvous::Fixed { host, .. } | Rendezvous::Derived { host, .. } => host,
+        }
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        match *self {
+            Rendezvous::Fixed { port, .. } => vec![port],
+            Rendezvous::Derived { base, .. } => (0..PORT_TRIES)
+                .filter_map(|k| base.checked_add(k))
+                .collect(),
+        }
+    }
+}
+
+/// This process's place in a multi-process run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct World {
+    /// This process's rank.
+    pub rank: u32,
+    /// Number of ranks.
+    pub size: u32,
+    /// Rank among the ranks of this host, when the launcher says.
+    pub local_rank: Option<u32>,
+    /// Ranks on this host, when the launcher says.
+    pub local_size: Option<u32>,
+    /// Which launcher's variables were used.
+    pub source: &'static str,
+    /// Where the root info is served.
+    pub rendezvous: Rendezvous,
+    /// Key every rank of the job agrees on.
+    pub key: String,
+    /// How long to wait for the root info.
+    pub timeout: Duration,
+}
+
+const SOURCES: [(&str, [&str; 4]); 4] = [
+    (
+        "hccl",
+        [
+            "HCCL_RANK",
+            "HCCL_WORLD_SIZE",
+            "HCCL_LOCAL_RANK",
+            "HCCL_LOCAL_WORLD_SIZE",
+        ],
+    ),
+    (
+        "openmpi",
+        [
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ],
+    ),
+    (
+        "mpich",
+        ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"],
+    ),
+    (
+        "torchrun",
+        ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"],
+    ),
+];
+
+const JOB_KEYS: [&str; 6] = [
+    "HCCL_JOB_ID",
+    "OMPI_MCA_orte_ess_jobid",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    "PMI_KVSNAME",
+    "TORCHELASTIC_RUN_ID",
+];
+
+/// 64-bit FNV-1a.
+pub fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn num(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<u32>, String> {
+    match get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| format!("environment variable {name}='{v}' is not a number")),
+    }
+}
+
+fn split_host_port(s: &str) -> (String, Option<u16>) {
+    if let Some(rest) = s.strip_prefix('[') {
+        if let Some((h, p)) = rest.split_once(']') {
+            return (
+                h.to_string(),
+                p.strip_prefix(':').and_then(|p| p.parse().ok()),
+            );
+        }
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h.to_string(), p.parse().ok()),
+        _ => (s.to_string(), None),
+    }
+}
+
+/// Reads the launch environment through `get` (the process environment in real runs).
+/// `Ok(None)`: no launcher variables, a single-rank run.
+pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
+    let mut found = None;
+    for (source, [r, s, lr, ls]) in SOURCES {
+        if let (Some(rank), Some(size)) = (num(get, r)?, num(get, s)?) {
+            found = Some((source, rank, size, num(get, lr)?, num(get, ls)?, r, s));
+            break;
+        }
+    }
+    let Some((source, rank, size, local_rank, local_size, rv, sv)) = found else {
+        return Ok(None);
+    };
+    if size == 0 || rank >= size {
+        return Err(format!("{rv}={rank} is out of range for {sv}={size}"));
+    }
+    let job = JOB_KEYS
+        .iter()
+        .find_map(|k| get(k).filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| format!("ppid:{}", unsafe { libc::getppid() }));
+    let key = format!("{source}/{job}/{size}");
+    let derived = DERIVED_PORT_BASE + (fnv1a(&key) % DERIVED_PORT_SPAN as u64) as u16;
+    let master = get("MASTER_ADDR").filter(|v| !v.is_empty());
+    let rendezvous = if let Some(addr) = get("HCCL_ROOT_ADDR").filter(|v| !v.is_empty()) {
+        match split_host_port(&addr) {
+            (host, Some(port)) => Rendezvous::Fixed { host, port },
+            (host, None) => Rendezvous::Derived {
+                host,
+                base: derived,
+            },
+        }
+    } else if let Some(host) = master {
+        match num(get, "MASTER_PORT")? {
+            Some(p) => {
+                let bump = u32::from(get("TORCHELASTIC_RUN_ID").is_some());
+                let port = u16::try_from(p + bump)
+                    .map_err(|_| format!("MASTER_PORT={p} is not a valid port"))?;
+                Rendezvous::Fixed { host, port }
+            }
+            None => Rendezvous::Derived {
+                host,
+                base: derived,
+            },
+        }
+    } else {
+        if local_size.is_some_and(|l| l < size) {
+            return Err(format!(
+                "the {size} ranks span several hosts ({} here): set MASTER_ADDR (and \
+                 MASTER_PORT) or HCCL_ROOT_ADDR to rank 0's host so the root info can be shipped",
+                local_size.unwrap_or(0)
+            ));
+        }
+        Rendezvous::Derived {
+            host: Ipv4Addr::LOCALHOST.to_string(),
+            base: derived,
+        }
+    };
+    let secs = get("HCCL_CONNECT_TIMEOUT")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(120);
+    Ok(Some(World {
+        rank,
+        size,
+        local_rank,
+        local_size,
+        source,
+        rendezvous,
+        key,
+        timeout: Duration::from_secs(secs),
+    }))
+}
+
+/// The process environment as a lookup function for [`detect`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn bind_addr(host: &str) -> IpAddr {
+    match host.parse::<IpAddr>() {
+        Ok(ip) if ip.is_loopback() => ip,
+        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// The info server of rank 0, running until every other rank has the blob or time is up.
+pub struct InfoServer {
+    handle: JoinHandle<Result<(), String>>,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+}
+
+impl InfoServer {
+    /// Binds per `w.rendezvous` and starts serving `blob` in a thread.
+    pub fn start(w: &World, blob: [u8; HCCL_ROOT_INFO_BYTES]) -> Result<InfoServer, String> {
+        let ip = bind_addr(w.rendezvous.host());
+        let mut last = String::new();
+        let mut listener = None;
+        for port in w.rendezvous.ports() {
+            match TcpListener::bind((ip, port)) {
+                Ok(l) => {
+                    listener = Some(l);
+                    break;
+                }
+                Err(e) => last = format!("{ip}:{port}: {e}"),
+            }
+        }
+        let listener = listener.ok_or_else(|| {
+            format!("info server: cannot listen ({last}); set MASTER_PORT to a free port")
+        })?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (key, size, deadline) = (w.key.clone(), w.size, Instant::now() + w.timeout);
+        let handle = std::thread::Builder::new()
+            .name("hccl-test-info".into())
+            .spawn(move || serve(listener, &blob, &key, size, deadline))
+            .map_err(|e| e.to_string())?;
+        Ok(InfoServer { handle, addr })
+    }
+
+    /// Waits for the server to finish (it stops by itself at its deadline).
+    pub fn join(self) -> Result<(), String> {
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err("info server panicked".into()))
+    }
+}
+
+fn serve(
+    l: TcpListener,
+    blob: &[u8],
+    key: &str,
+    size: u32,
+    deadline: Instant,
+) -> Result<(), String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut served = vec![false; size as usize];
+    served[0] = true;
+    let mut left = size as usize - 1;
+    while left > 0 {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "info server: {left} rank(s) never fetched the root info"
+            ));
+        }
+        match l.accept() {
+            Ok((s, _)) => {
+                if let Some(r) = answer(s, blob, key, size) {
+                    if !served[r as usize] {
+                        served[r as usize] = true;
+                        left -= 1;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("info server: accept: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn hello(key: &str, size: u32, rank: u32) -> Vec<u8> {
+    let mut m = MAGIC.to_vec();
+    m.extend_from_slice(&size.to_le_bytes());
+    m.extend_from_slice(&rank.to_le_bytes());
+    m.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    m.extend_from_slice(key.as_bytes());
+    m
+}
+
+/// Answers one request; the requesting rank when it got the blob.
+fn answer(mut s: TcpStream, blob: &[u8], key: &str, size: u32) -> Option<u32> {
+    s.set_nonblocking(false).ok()?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
+    let mut head = [0u8; 18];
+    s.read_exact(&mut head).ok()?;
+    let klen = u16::from_le_bytes([head[16], head[17]]) as usize;
+    let mut k = vec![0u8; klen];
+    s.read_exact(&mut k).ok()?;
+    let their_size = u32::from_le_bytes(head[8..12].try_into().ok()?);
+    let rank = u32::from_le_bytes(head[12..16].try_into().ok()?);
+    let ok = &head[..8] == MAGIC && their_size == size && k == key.as_bytes() && rank < size;
+    let mut reply = MAGIC.to_vec();
+    reply.push(u8::from(!ok));
+    if ok {
+        reply.extend_from_slice(blob);
+    }
+    s.write_all(&reply).ok()?;
+    ok.then_some(rank)
+}
+
+/// Fetches the root info from rank 0's info server, retrying until `w.timeout`.
+pub fn fetch(w: &World) -> Result<[u8; HCCL_ROOT_INFO_BYTES], String> {
+    let deadline = Instant::now() + w.timeout;
+    let host = w.rendezvous.host();
+    let ports = w.rendezvous.ports();
+    let mut last = String::from("no attempt");
+    loop {
+        for &port in &ports {
+            let addrs = match (host, port).to_socket_addrs() {
+                Ok(a) => a.collect::<Vec<_>>(),
+                Err(e) => {
+                    last = format!("{host}: {e}");
+                    continue;
+                }
+            };
+            for a in addrs {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let t = left
+                    .min(Duration::from_secs(1))
+                    .max(Duration::from_millis(10));
+                match TcpStream::connect_timeout(&a, t).and_then(|s| request(s, w)) {
+                    Ok(Some(blob)) => return Ok(blob),
+                    Ok(None) => last = format!("{a}: belongs to another job"),
+                    Err(e) => last = format!("{a}: {e}"),
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "rank {}: no root info from rank 0 at {host} ports {:?} within {:?} (last: {last}); \
+                 check MASTER_ADDR/MASTER_PORT or HCCL_ROOT_ADDR",
+                w.rank, ports, w.timeout
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn request(mut s: TcpStream, w: &World) -> std::io::Result<Option<[u8; HCCL_ROOT_INFO_BYTES]>> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    s.write_all(&hello(&w.key, w.size, w.rank))?;
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head)?;
+    if &head[..8] != MAGIC || head[8] != 0 {
+        return Ok(None);
+    }
+    let mut blob = [0u8; HCCL_ROOT_INFO_BYTES];
+    s.read_exact(&mut blob)?;
+    Ok(Some(blob))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn no_launcher_is_single_rank() {
+        assert_eq!(detect(&env(&[])).unwrap(), None);
+    }
+
+    #[test]
+    fn openmpi_single_host_derives_port_from_job() {
+        let e = env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+            ("OMPI_MCA_orte_ess_jobid", "123456"),
+        ]);
+        let w = detect(&e).unwrap().unwrap();
+        assert_eq!((w.rank, w.size, w.source), (1, 4, "openmpi"));
+        let Rendezvous::Derived { host, base } = w.rendezvous else {
+            panic!("expected a derived port");
+        };
+        assert_eq!(host, "127.0.0.1");
+        assert!((DERIVED_PORT_BASE..DERIVED_PORT_BASE + DERIVED_PORT_SPAN).contains(&base));
+        assert_eq!(w.key, "openmpi/123456/4");
+    }
+
+    #[test]
+    fn multi_host_without_master_addr_is_refused() {
+        let e = env(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "4"),
+            ("MPI_LOCALNRANKS", "2"),
+        ]);
+        assert!(detect(&e).unwrap_err().contains("MASTER_ADDR"));
+    }
+
+    #[test]
+    fn torchrun_uses_master_port_and_skips_the_agent_port() {
+        let base = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let w = detect(&env(&base)).unwrap().unwrap();
+        assert_eq!(
+            w.rendezvous,
+            Rendezvous::Fixed {
+                host: "10.0.0.1".into(),
+                port: 29500
+            }
+        );
+        let mut with_agent = base.to_vec();
+        with_agent.push(("TORCHELASTIC_RUN_ID", "abc"));
+        let w = detect(&env(&with_agent)).unwrap().unwrap();
+        assert!(matches!(
+            w.rendezvous,
+            Rendezvous::Fixed { port: 29501, .. }
+        ));
+    }
+
+    #[test]
+    fn own_variables_win_and_root_addr_parses() {
+        let e = env(&[
+            ("HCCL_RANK", "2"),
+            ("HCCL_WORLD_SIZE", "3"),
+            ("HCCL_ROOT_ADDR", "[::1]:4000"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+        ]);
+        let w = detect(&e).unwrap().unwrap();
+        assert_eq!((w.rank, w.size, w.source), (2, 3, "hccl"));
+        assert_eq!(
+            w.rendezvous,
+            Rendezvous::Fixed {
+                host: "::1".into(),
+                port: 4000
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(detect(&env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
+        assert!(detect(&env(&[("RANK", "2"), ("WORLD_SIZE", "2")])).is_err());
+    }
+
+    #[test]
+    fn server_serves_matching_ranks_and_skips_foreign_jobs() {
+        let w = |rank, key: &str| World {
+            rank,
+            size: 3,
+            local_rank: None,
+            local_size: None,
+            source: "hccl",
+            rendezvous: Rendezvous::Fixed {
+                host: "127.0.0.1".into(),
+                port: 0,
+            },
+            key: key.into(),
+            timeout: Duration::from_secs(5),
+        };
+        let blob = [7u8; HCCL_ROOT_INFO_BYTES];
+        let srv = InfoServer::start(&w(0, "job"), blob).unwrap();
+        let at = Rendezvous::Fixed {
+            host: "127.0.0.1".into(),
+            port: srv.addr.port(),
+        };
+        let mut foreign = w(1, "other");
+        foreign.rendezvous = at.clone();
+        foreign.timeout = Duration::from_millis(300);
+        assert!(fetch(&foreign).unwrap_err().contains("another job"));
+        for r in 1..3 {
+            let mut c = w(r, "job");
+            c.rendezvous = at.clone();
+            assert_eq!(fetch(&c).unwrap(), blob);
+        }
+        srv.join().unwrap();
+    }
+}

@@ -1,0 +1,403 @@
+//! `hccl_test`-compatible performance tester for the HCCL library.
+//!
+//! One binary per operation (`all_reduce_test`, `all_gather_test`, ...) calls [`main`] with its
+//! [`Op`]; everything else is shared:
+//! - [`cli`]: the vendor's flags, and the size sweep;
+//! - [`launch`]: ranks from MPI / torchrun / our launcher's variables, and shipping the root info;
+//! - [`ops`]: buffer layouts and the library calls of each operation;
+//! - [`check`]: input patterns and independently computed expected results;
+//! - [`report`]: the table, progress line, CSV and JSON.
+//!
+//! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
+//! 2 on a usage error.
+
+#![warn(missing_docs)]
+
+pub mod check;
+pub mod cli;
+pub mod dtype;
+pub mod launch;
+pub mod ops;
+pub mod report;
+
+use std::ffi::CStr;
+use std::process::ExitCode;
+use std::ptr::null_mut;
+use std::time::Instant;
+
+use hccl::ffi::coll_api::{HcclAllReduce, HcclBarrier};
+use hccl::ffi::comm_api::{
+    HcclCommDestroy, HcclCommInitRootInfo, HcclGetErrorString, HcclGetRootInfo,
+};
+use hccl::ffi::types::{HcclComm, HcclResult, HcclRootInfo, HCCL_ROOT_INFO_BYTES};
+
+pub use cli::{Config, Defaults};
+pub use ops::Op;
+
+use check::{Oracle, Pattern};
+use launch::World;
+use ops::Layout;
+use report::{CheckResult, Reporter, Row, RunInfo};
+
+/// Environment variable that makes the tester corrupt one output element before checking
+/// (value `corrupt`), so tests can prove that a failure is reported.
+pub const FAULT_ENV: &str = "HCCL_TEST_FAULT_INJECT";
+
+/// Entry point of an `<op>_test` binary.
+pub fn main(op: Op) -> ExitCode {
+    run(op, &Defaults::vendor())
+}
+
+/// Runs `op` with the process's arguments over `defaults`.
+pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
+    let mut args = std::env::args();
+    let bin = args
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| format!("{}_test", op.name()));
+    let cfg = match cli::parse(args, defaults) {
+        Ok(cli::Parsed::Run(c)) => c,
+        Ok(cli::Parsed::Help) => {
+            print!("{}", cli::usage(&bin, defaults));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprint!("{bin}: error: {e}\n\n{}", cli::usage(&bin, defaults));
+            return ExitCode::from(2);
+        }
+    };
+    let world = if cfg.threads.is_some() {
+        None
+    } else {
+        match launch::detect(&launch::process_env) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("{bin}: error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let ranks = world.as_ref().map_or(cfg.threads.unwrap_or(1), |w| w.size);
+    if op.rooted() && cfg.root >= ranks {
+        eprint!(
+            "{bin}: error: root {} is out of range for {ranks} ranks\n\n{}",
+            cfg.root,
+            cli::usage(&bin, defaults)
+        );
+        return ExitCode::from(2);
+    }
+    let plan = Plan::new(op, cfg, ranks, world.as_ref());
+    let result = match world {
+        Some(w) => run_process(&plan, &w),
+        None => run_threads(&plan, ranks),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{bin}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What every rank runs, shared read-only between rank threads.
+struct Plan {
+    op: Op,
+    cfg: Config,
+    sizes: Vec<u64>,
+    ranks: u32,
+    oracle: Oracle,
+    /// Whether results are checked (`-c 1` and exactly representable).
+    checked: bool,
+    fault: bool,
+    info: RunInfo,
+}
+
+impl Plan {
+    fn new(op: Op, cfg: Config, ranks: u32, world: Option<&World>) -> Plan {
+        let red = op.reduces().then_some(cfg.red_op);
+        let pattern = Pattern::for_op(red);
+        let launch = match world {
+            Some(w) => format!("{} processes ({})", w.size, w.source),
+            None => format!("{ranks} threads"),
+        };
+        let info = RunInfo {
+            op: op.name(),
+            dtype: cfg.dtype.name(),
+            reduce_op: red.map(cli::RedOp::name),
+            root: op.rooted().then_some(cfg.root),
+            ranks,
+            ranks_per_node: cfg
+                .ranks_per_node
+                .or(world.and_then(|w| w.local_size))
+                .or(world.is_none().then_some(ranks)),
+            iters: cfg.iters,
+            warmup: cfg.warmup,
+            launch,
+        };
+        Plan {
+            op,
+            sizes: cli::sweep(&cfg),
+            ranks,
+            oracle: Oracle::new(cfg.dtype, pattern, red, ranks),
+            checked: cfg.check && check::checkable(pattern, cfg.dtype, ranks),
+            fault: std::env::var(FAULT_ENV).is_ok_and(|v| v == "corrupt"),
+            cfg,
+            info,
+        }
+    }
+
+    fn announce(&self) {
+        let i = &self.info;
+        let mut s = format!(
+            "{}_test: {}, {} ranks, dtype {}",
+            i.op, i.launch, i.ranks, i.dtype
+        );
+        if let Some(r) = i.reduce_op {
+            s += &format!(", op {r}");
+        }
+        if let Some(r) = i.root {
+            s += &format!(", root {r}");
+        }
+        s += &format!(", iters {}, warmup {}", i.iters, i.warmup);
+        if !self.cfg.check {
+            s += ", check off";
+        } else if !self.checked {
+            s += ", check NULL (expected values not exactly representable)";
+        }
+        if self.cfg.zero_copy {
+            s += ", zero copy requested (no effect on host memory)";
+        }
+        eprintln!("{s}");
+    }
+}
+
+fn hccl(what: &str, r: HcclResult) -> Result<(), String> {
+    if r == HcclResult::HCCL_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: HcclGetErrorString returns a static NUL-terminated string for every code.
+    let text = unsafe { CStr::from_ptr(HcclGetErrorString(r as u32)) };
+    Err(format!("{what} failed: {r:?} ({})", text.to_string_lossy()))
+}
+
+fn max_over_ranks(x: f64, comm: HcclComm) -> Result<f64, String> {
+    let mut send = x;
+    let mut out = 0f64;
+    // SAFETY: one fp64 in each buffer, live communicator.
+    let r = unsafe {
+        HcclAllReduce(
+            (&mut send as *mut f64).cast(),
+            (&mut out as *mut f64).cast(),
+            1,
+            10,
+            2,
+            comm,
+            null_mut(),
+        )
+    };
+    hccl("HcclAllReduce (time max)", r).map(|_| out)
+}
+
+fn all_true(ok: bool, comm: HcclComm) -> Result<bool, String> {
+    let mut send = i32::from(ok);
+    let mut out = 0i32;
+    // SAFETY: one int32 in each buffer, live communicator.
+    let r = unsafe {
+        HcclAllReduce(
+            (&mut send as *mut i32).cast(),
+            (&mut out as *mut i32).cast(),
+            1,
+            2,
+            3,
+            comm,
+            null_mut(),
+        )
+    };
+    hccl("HcclAllReduce (check min)", r).map(|_| out == 1)
+}
+
+/// Runs the sweep on one rank; `Ok(false)` when some check failed.
+fn run_rank(
+    p: &Plan,
+    rank: u32,
+    comm: HcclComm,
+    mut rep: Option<&mut Reporter>,
+) -> Result<bool, String> {
+    let cfg = &p.cfg;
+    let es = cfg.dtype.size();
+    let name = p.op.name();
+    let fault_rank = if p.op == Op::Reduce { cfg.root } else { 0 };
+    let mut all_ok = true;
+    for (i, &bytes) in p.sizes.iter().enumerate() {
+        if let Some(r) = rep.as_deref_mut() {
+            r.start(i, bytes);
+        }
+        let l = Layout::new(p.op, cfg.dtype, cfg.red_op, cfg.root, rank, p.ranks, bytes);
+        let mut send = vec![0u8; l.send_elems as usize * es];
+        let mut recv = vec![0u8; l.recv_elems as usize * es];
+        p.oracle.fill_input(rank, 0, &mut send);
+        if l.input_in_recv() {
+            p.oracle.fill_input(rank, 0, &mut recv);
+        }
+        let once = |send: &mut [u8], recv: &mut [u8]| {
+            // SAFETY: the buffers have the layout's lengths; `comm` is live.
+            let r = unsafe { l.call(send.as_mut_ptr(), recv.as_mut_ptr(), comm) };
+            hccl(name, r)
+        };
+        for _ in 0..cfg.warmup {
+            once(&mut send, &mut recv)?;
+        }
+        // SAFETY: live communicator.
+        hccl("HcclBarrier", unsafe { HcclBarrier(comm, null_mut()) })?;
+        let t0 = Instant::now();
+        for _ in 0..cfg.iters {
+            once(&mut send, &mut recv)?;
+        }
+        let mine = t0.elapsed().as_secs_f64() / cfg.iters as f64;
+        let slowest = max_over_ranks(mine, comm)?;
+        let result = if p.checked {
+            let regions = l.regions();
+            p.oracle.fill_input(rank, 0, &mut send);
+            check::prefill(&p.oracle, &regions, &mut recv);
+            if l.input_in_recv() {
+                p.oracle.fill_input(rank, 0, &mut recv);
+            }
+            once(&mut send, &mut recv)?;
+            if p.fault && rank == fault_rank && !recv.is_empty() {
+                let at = regions.first().map_or(0, |r| r.at as usize * es);
+                recv[at] ^= 0xff;
+            }
+            let bad = check::verify(&p.oracle, &regions, &recv);
+            if let Some(m) = &bad {
+                eprintln!(
+                    "rank {rank}: {name} data_size {} check failed at element {}: got {}, expected {}",
+                    l.data_size, m.element, m.got, m.expected
+                );
+            }
+            if all_true(bad.is_none(), comm)? {
+                CheckResult::Success
+            } else {
+                all_ok = false;
+                CheckResult::Failed
+            }
+        } else {
+            CheckResult::Null
+        };
+        if let Some(r) = rep.as_deref_mut() {
+            r.row(Row::new(
+                l.data_size,
+                l.count,
+                slowest,
+                p.op.bus_factor(p.ranks),
+                result,
+            ));
+        }
+    }
+    Ok(all_ok)
+}
+
+fn init_comm(n: u32, info: &HcclRootInfo, rank: u32) -> Result<HcclComm, String> {
+    let mut comm: HcclComm = null_mut();
+    // SAFETY: `info` is a full root info blob and `comm` a valid out pointer.
+    let r = unsafe { HcclCommInitRootInfo(n, info, rank, &mut comm) };
+    hccl(&format!("HcclCommInitRootInfo (rank {rank})"), r)?;
+    Ok(comm)
+}
+
+fn destroy(comm: HcclComm) -> Result<(), String> {
+    // SAFETY: `comm` came from HcclCommInitRootInfo and is destroyed once.
+    hccl("HcclCommDestroy", unsafe { HcclCommDestroy(comm) })
+}
+
+fn root_info() -> Result<HcclRootInfo, String> {
+    let mut ri = HcclRootInfo {
+        internal: [0; HCCL_ROOT_INFO_BYTES],
+    };
+    // SAFETY: `ri` is a writable root info.
+    hccl("HcclGetRootInfo", unsafe { HcclGetRootInfo(&mut ri) })?;
+    Ok(ri)
+}
+
+fn finish(p: &Plan, mut rep: Reporter) -> Result<(), String> {
+    rep.finish(p.cfg.csv.as_deref(), p.cfg.json.as_deref())
+}
+
+/// Ranks as threads of this process. A failing rank ends the process at once, since its peers
+/// would otherwise wait for it inside a collective.
+fn run_threads(p: &Plan, n: u32) -> Result<bool, String> {
+    let ri = root_info()?;
+    p.announce();
+    let mut rep = Some(Reporter::new(p.info.clone(), p.sizes.len()));
+    let ok = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let mut my_rep = if rank == 0 { rep.take() } else { None };
+                let ri = &ri;
+                std::thread::Builder::new()
+                    .name(format!("rank{rank}"))
+                    .spawn_scoped(s, move || {
+                        let res = init_comm(n, ri, rank).and_then(|comm| {
+                            let ok = run_rank(p, rank, comm, my_rep.as_mut())?;
+                            destroy(comm)?;
+                            if let Some(r) = my_rep {
+                                finish(p, r)?;
+                            }
+                            Ok(ok)
+                        });
+                        res.unwrap_or_else(|e| {
+                            eprintln!("{}_test: rank {rank}: error: {e}", p.op.name());
+                            std::process::exit(1)
+                        })
+                    })
+                    .unwrap_or_else(|e| {
+                        eprintln!("cannot start rank thread {rank}: {e}");
+                        std::process::exit(1)
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .all(|h| h.join().unwrap_or_else(|_| std::process::exit(1)))
+    });
+    Ok(ok)
+}
+
+/// One rank per process; rank 0 serves the root info to the others.
+fn run_process(p: &Plan, w: &World) -> Result<bool, String> {
+    let (ri, server) = if w.rank == 0 {
+        let ri = root_info()?;
+        let server = if w.size > 1 {
+            let blob: [u8; HCCL_ROOT_INFO_BYTES] = ri.internal.map(|c| c as u8);
+            Some(launch::InfoServer::start(w, blob)?)
+        } else {
+            None
+        };
+        (ri, server)
+    } else {
+        let blob = launch::fetch(w)?;
+        let ri = HcclRootInfo {
+            internal: blob.map(|b| b as std::os::raw::c_char),
+        };
+        (ri, None)
+    };
+    let comm = init_comm(w.size, &ri, w.rank)?;
+    if let Some(s) = server {
+        s.join()?;
+    }
+    let mut rep = (w.rank == 0).then(|| {
+        p.announce();
+        Reporter::new(p.info.clone(), p.sizes.len())
+    });
+    let ok = run_rank(p, w.rank, comm, rep.as_mut())?;
+    destroy(comm)?;
+    if let Some(r) = rep {
+        finish(p, r)?;
+    }
+    Ok(ok)
+}

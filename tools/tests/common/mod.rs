@@ -1,0 +1,123 @@
+//! Helpers shared by the integration tests: running the binaries and reading their tables.
+
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+/// Path of one of the crate's binaries.
+pub fn bin(name: &str) -> String {
+    match name {
+        "all_reduce_test" => env!("CARGO_BIN_EXE_all_reduce_test"),
+        "all_gather_test" => env!("CARGO_BIN_EXE_all_gather_test"),
+        "broadcast_test" => env!("CARGO_BIN_EXE_broadcast_test"),
+        "reduce_scatter_test" => env!("CARGO_BIN_EXE_reduce_scatter_test"),
+        "reduce_test" => env!("CARGO_BIN_EXE_reduce_test"),
+        "alltoall_test" => env!("CARGO_BIN_EXE_alltoall_test"),
+        "alltoallv_test" => env!("CARGO_BIN_EXE_alltoallv_test"),
+        "scatter_test" => env!("CARGO_BIN_EXE_scatter_test"),
+        "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
+        other => panic!("no binary {other}"),
+    }
+    .to_string()
+}
+
+/// Every per-operation binary.
+pub const BINS: [&str; 9] = [
+    "all_reduce_test",
+    "all_gather_test",
+    "broadcast_test",
+    "reduce_scatter_test",
+    "reduce_test",
+    "alltoall_test",
+    "alltoallv_test",
+    "scatter_test",
+    "send_recv_test",
+];
+
+/// A command for `name` with `args`, with launcher variables of the test environment removed
+/// so that only `-t` or the test's own variables decide the ranks.
+pub fn cmd(name: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(bin(name));
+    c.args(args);
+    for v in [
+        "HCCL_RANK",
+        "HCCL_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "HCCL_ROOT_ADDR",
+        "HCCL_TEST_FAULT_INJECT",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// Runs `name` with `args`.
+pub fn run(name: &str, args: &[&str]) -> Output {
+    cmd(name, args).output().expect("binary runs")
+}
+
+/// Stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// One parsed table row.
+#[derive(Debug)]
+pub struct Row {
+    pub data_size: u64,
+    pub time_us: f64,
+    pub alg_bw: f64,
+    pub bus_bw: f64,
+    pub check: String,
+}
+
+/// Parses the table on stdout, asserting the header and the shape of every row.
+pub fn table(out: &str) -> Vec<Row> {
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .expect("header line")
+        .split_whitespace()
+        .collect();
+    let names: Vec<&str> = header
+        .iter()
+        .map(|h| h.split('(').next().unwrap_or(h))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "data_size",
+            "aveg_time",
+            "alg_bandwidth",
+            "bus_bandwidth",
+            "check_result"
+        ],
+        "header: {out}"
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 5, "row: {l}");
+            Row {
+                data_size: f[0].parse().expect("data_size"),
+                time_us: f[1].parse().expect("aveg_time"),
+                alg_bw: f[2].parse().expect("alg_bandwidth"),
+                bus_bw: f[3].parse().expect("bus_bandwidth"),
+                check: f[4].to_string(),
+            }
+        })
+        .collect()
+}

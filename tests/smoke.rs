@@ -8,8 +8,13 @@ use std::ptr::null_mut;
 #[test]
 fn allreduce_threads_root_info() {
     for n in [1u32, 2, 3, 4] {
-        let mut ri = HcclRootInfo { internal: [0; 4108] };
-        assert_eq!(unsafe { HcclGetRootInfo(&mut ri) }, HcclResult::HCCL_SUCCESS);
+        let mut ri = HcclRootInfo {
+            internal: [0; 4108],
+        };
+        assert_eq!(
+            unsafe { HcclGetRootInfo(&mut ri) },
+            HcclResult::HCCL_SUCCESS
+        );
         let ri_addr = &ri as *const HcclRootInfo as usize;
         let hs: Vec<_> = (0..n)
             .map(|r| {
@@ -18,7 +23,8 @@ fn allreduce_threads_root_info() {
                     let res = HcclCommInitRootInfo(n, ri_addr as *const HcclRootInfo, r, &mut comm);
                     assert_eq!(res, HcclResult::HCCL_SUCCESS);
                     for count in [0usize, 1, 7, 4099, 1 << 20] {
-                        let send: Vec<f32> = (0..count).map(|i| (r as usize + i % 5) as f32).collect();
+                        let send: Vec<f32> =
+                            (0..count).map(|i| (r as usize + i % 5) as f32).collect();
                         let mut recv = vec![0f32; count];
                         let res = HcclAllReduce(
                             send.as_ptr() as *mut _,

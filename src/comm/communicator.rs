@@ -473,7 +473,11 @@ impl Communicator {
                 "comm {} rank {} {} ({} algorithm)",
                 self.name, self.rank, args.name, sched.algo
             ));
-            self.record_async_error(&e);
+            // Only failures that broke the links poison the communicator; a call rejected
+            // before anything moved leaves it healthy.
+            if inner.ep.broken().is_some() {
+                self.record_async_error(&e);
+            }
             e
         })
     }

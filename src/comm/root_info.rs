@@ -76,6 +76,9 @@ impl RootInfo {
         if sum != fnv64(&b[..CHECKED]) {
             return Err(bad("checksum mismatch"));
         }
+        if b[CHECKED + 8..ROOT_INFO_BYTES].iter().any(|&x| x != 0) {
+            return Err(bad("unexpected data after the checksum"));
+        }
         let port = u16::from_le_bytes(b[12..14].try_into().unwrap());
         let ip = match b[8] {
             4 => IpAddr::V4(Ipv4Addr::new(b[16], b[17], b[18], b[19])),
@@ -121,7 +124,7 @@ mod tests {
     #[test]
     fn rejects_corruption_and_foreign_blobs() {
         let good = sample().encode();
-        for i in [0usize, 5, 8, 12, 20, 40, 50, 60, 64] {
+        for i in [0usize, 5, 8, 12, 20, 40, 50, 60, 64, 100, 4107] {
             let mut b = good;
             b[i] ^= 0x40;
             assert!(

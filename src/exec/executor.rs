@@ -55,44 +55,97 @@ pub unsafe fn run(
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
 ) -> Result<()> {
-    let need_red =
-        || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
     for step in &sched.steps {
-        for a in &step.actions {
-            match *a {
-                Action::Copy { src, dst } => {
-                    let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
-                    if !std::ptr::eq(s, d) && src.len > 0 {
-                        std::ptr::copy(s, d, src.len);
-                    }
-                }
-                Action::Reduce { dst, src } if src.len > 0 => {
-                    need_red()?.apply(
-                        bufs.addr(dst) as *mut u8,
-                        bufs.addr(src) as *const u8,
-                        src.len,
-                    );
-                }
-                _ => {}
+        check_self_pairs(ep.rank(), step)?;
+        if let Err(e) = run_step(ep, step, bufs, red, deadline) {
+            // Posted operations must not outlive the call: peers would read or write buffers
+            // the caller is about to reuse.
+            if ep.broken().is_none() {
+                ep.abort(&e);
             }
+            return Err(e);
         }
-        for a in &step.actions {
-            if let Action::Send { peer, src } = *a {
-                ep.post_send(peer, bufs.addr(src) as *const u8, src.len)?;
-            }
-        }
-        for a in &step.actions {
-            match *a {
-                Action::Recv { peer, dst } => {
-                    ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, None)?
-                }
-                Action::RecvReduce { peer, dst } => {
-                    ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, Some(need_red()?))?
-                }
-                _ => {}
-            }
-        }
-        ep.wait_all(deadline)?;
     }
     Ok(())
+}
+
+/// Rejects a step whose sends to this rank itself do not pair up with its receives from
+/// itself, before anything is posted (so a bad call leaves the communicator usable).
+fn check_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<()> {
+    let sends: Vec<usize> = step
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { peer, src } if *peer == me => Some(src.len),
+            _ => None,
+        })
+        .collect();
+    let recvs: Vec<usize> = step
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Recv { peer, dst } | Action::RecvReduce { peer, dst } if *peer == me => {
+                Some(dst.len)
+            }
+            _ => None,
+        })
+        .collect();
+    if sends != recvs {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!(
+                "rank {me}: sends to itself ({} of sizes {sends:?}) do not match its receives from \
+                 itself ({} of sizes {recvs:?})",
+                sends.len(),
+                recvs.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+unsafe fn run_step(
+    ep: &mut Endpoint,
+    step: &crate::algo::schedule::Step,
+    bufs: &Buffers,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+) -> Result<()> {
+    let need_red =
+        || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
+    for a in &step.actions {
+        match *a {
+            Action::Copy { src, dst } => {
+                let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
+                if !std::ptr::eq(s, d) && src.len > 0 {
+                    std::ptr::copy(s, d, src.len);
+                }
+            }
+            Action::Reduce { dst, src } if src.len > 0 => {
+                need_red()?.apply(
+                    bufs.addr(dst) as *mut u8,
+                    bufs.addr(src) as *const u8,
+                    src.len,
+                );
+            }
+            _ => {}
+        }
+    }
+    for a in &step.actions {
+        if let Action::Send { peer, src } = *a {
+            ep.post_send(peer, bufs.addr(src) as *const u8, src.len)?;
+        }
+    }
+    for a in &step.actions {
+        match *a {
+            Action::Recv { peer, dst } => {
+                ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, None)?
+            }
+            Action::RecvReduce { peer, dst } => {
+                ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, Some(need_red()?))?
+            }
+            _ => {}
+        }
+    }
+    ep.wait_all(deadline)
 }

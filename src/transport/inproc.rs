@@ -148,6 +148,12 @@ impl InprocFabric {
         seq
     }
 
+    /// Withdraws every unconsumed send from `src` to `dst`; on return no receiver reads the
+    /// withdrawn buffers any more, so the sender may hand them back to its caller.
+    pub fn cancel_sends(&self, src: usize, dst: usize) {
+        self.mailbox(src, dst).queue.lock().clear();
+    }
+
     /// Whether the send with sequence `seq` from `src` to `dst` has been consumed.
     pub fn send_done(&self, src: usize, dst: usize, seq: u64) -> bool {
         self.mailbox(src, dst).consumed.load(Ordering::Acquire) >= seq
@@ -168,11 +174,21 @@ impl InprocFabric {
         reduce: Option<&ReduceFn>,
     ) -> Result<bool> {
         let mb = self.mailbox(src, dst);
-        let desc = match mb.queue.lock().pop_front() {
+        // The copy happens under the mailbox lock so that a sender that gives up (see
+        // `cancel_sends`) can be sure no receiver is still reading its buffer.
+        let mut q = mb.queue.lock();
+        if let Some(msg) = self.failure() {
+            return Err(Error::new(
+                ErrorKind::Remote,
+                format!("another rank of this process failed: {msg}"),
+            ));
+        }
+        let desc = match q.pop_front() {
             Some(d) => d,
             None => return Ok(false),
         };
         if desc.len != len {
+            drop(q);
             let msg = format!(
                 "message size mismatch: rank {src} sent {} bytes, rank {dst} expected {len}",
                 desc.len
@@ -192,6 +208,7 @@ impl InprocFabric {
             }
         }
         mb.consumed.store(desc.seq, Ordering::Release);
+        drop(q);
         self.ring(src);
         Ok(true)
     }

@@ -404,6 +404,13 @@ impl Endpoint {
     /// the in-process fabric is marked failed, so every rank waiting on this one errors out.
     pub fn abort(&mut self, why: &Error) {
         log::error!("rank {}: aborting communicator links: {}", self.me, why.msg);
+        if let Some(f) = &self.fabric {
+            for p in &self.pending {
+                if let Pending::MemSend { peer, .. } = p {
+                    f.cancel_sends(self.me as usize, *peer as usize);
+                }
+            }
+        }
         self.pending.clear();
         self.tcp_active.clear();
         self.local_sends.clear();

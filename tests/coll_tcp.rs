@@ -57,8 +57,8 @@ fn reductions(r: &Rank) {
                 if count == 300_000 && op != [SUM, MAX, SUM, MIN, PROD][(dt as usize) % 5] {
                     continue;
                 }
-                allreduce_case(r, r.comm, dt, op, count, k % 2 == 0, 0);
-                reduce_case(r, dt, op, count, k % r.n, k % 3 == 0, false);
+                allreduce_case(r, r.comm, dt, op, count, k.is_multiple_of(2), 0);
+                reduce_case(r, dt, op, count, k % r.n, k.is_multiple_of(3), false);
                 let rs = if count == 300_000 {
                     count / r.n as usize + 1
                 } else {
@@ -94,7 +94,7 @@ fn movement(r: &Rank) {
                 count
             };
             broadcast_case(r, dt, count, k % r.n);
-            allgather_case(r, dt, per_rank, k % 2 == 0);
+            allgather_case(r, dt, per_rank, k.is_multiple_of(2));
             allgatherv_case(r, dt, per_rank, k as usize);
             scatter_case(r, dt, per_rank, (k + 1) % r.n, k % 2 == 1);
             alltoall_case(r, dt, per_rank);
@@ -161,8 +161,8 @@ fn mp_rank_body(r: &Rank) {
     for count in [0usize, 7, 4099, 200_000] {
         for (dt, op) in [(FP32, SUM), (INT8, MAX), (BF16, PROD), (INT32, MIN)] {
             k += 1;
-            allreduce_case(r, r.comm, dt, op, count, k % 2 == 0, 0);
-            reduce_case(r, dt, op, count, k % r.n, k % 3 == 0, false);
+            allreduce_case(r, r.comm, dt, op, count, k.is_multiple_of(2), 0);
+            reduce_case(r, dt, op, count, k % r.n, k.is_multiple_of(3), false);
             reduce_scatter_case(r, dt, op, count / 3 + 1, false);
             reduce_scatterv_case(r, dt, op, count / 3, k as usize);
         }

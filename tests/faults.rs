@@ -719,7 +719,7 @@ fn destroy_while_busy_is_refused() {
         tx.send(c as usize).unwrap();
         // One step: send to rank 1, receive from rank 1. Rank 1 receives first (proving this
         // thread is inside the operation) and sends only after its destroy attempt.
-        let out = vec![7u8; 64];
+        let out = [7u8; 64];
         let mut inb = vec![0u8; 64];
         let mut items = [
             HcclSendRecvItem {
@@ -753,7 +753,7 @@ fn destroy_while_busy_is_refused() {
         assert_eq!(inb, vec![7u8; 64]);
         // Rank 0's thread is now provably inside HcclBatchSendRecv on h0.
         let d = HcclCommDestroy(h0);
-        let out = vec![9u8; 64];
+        let out = [9u8; 64];
         // Let rank 0 finish whatever happened, then judge.
         let s = HcclSend(out.as_ptr() as *mut _, 64, UINT8, 0, c, null_mut());
         assert_eq!(d, HCCL_E_UNAVAIL, "HcclCommDestroy on a handle in use");
@@ -1104,7 +1104,7 @@ fn unpaired_self_items_leave_comm_usable() {
         .map(|r| {
             std::thread::spawn(move || unsafe {
                 let c = init_rank(2, &ri, r);
-                let out = vec![1u8; 64];
+                let out = [1u8; 64];
                 let mut inb = vec![0u8; 64];
                 let mut items = [
                     HcclSendRecvItem {

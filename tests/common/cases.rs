@@ -179,7 +179,15 @@ pub fn reduce_body(r: &Rank) {
             for count in SIZES {
                 k += 1;
                 let root = (k * 7 + dt) % n;
-                reduce_case(r, dt, op, count, root, k % 2 == 0, k % 3 == 0);
+                reduce_case(
+                    r,
+                    dt,
+                    op,
+                    count,
+                    root,
+                    k.is_multiple_of(2),
+                    k.is_multiple_of(3),
+                );
             }
         }
     }
@@ -445,7 +453,7 @@ pub fn reduce_scatter_body(r: &Rank) {
         for op in OPS {
             for count in SIZES {
                 k += 1;
-                reduce_scatter_case(r, dt, op, count, k % 2 == 0);
+                reduce_scatter_case(r, dt, op, count, k.is_multiple_of(2));
                 reduce_scatterv_case(r, dt, op, count, k);
             }
         }
@@ -506,7 +514,7 @@ pub fn scatter_body(r: &Rank) {
     for dt in ALL_DTYPES {
         for count in SIZES {
             k += 1;
-            scatter_case(r, dt, count, (k * 3 + 2) % r.n, k % 2 == 0);
+            scatter_case(r, dt, count, (k * 3 + 2) % r.n, k.is_multiple_of(2));
         }
     }
     scatter_case(r, UINT8, BIG, r.n / 2, true);

@@ -479,9 +479,12 @@ pub fn init_rank(n: u32, ri: &HcclRootInfo, rank: u32) -> HcclComm {
     comm
 }
 
+/// A lazily created shared value and how many ranks still hold it.
+type CacheSlot = (Arc<OnceLock<Arc<dyn Any + Send + Sync>>>, u32);
+
 #[derive(Default)]
 struct Cache {
-    map: Mutex<HashMap<String, (Arc<OnceLock<Arc<dyn Any + Send + Sync>>>, u32)>>,
+    map: Mutex<HashMap<String, CacheSlot>>,
 }
 
 /// One rank thread's view: its communicator(s) and a failure log.
@@ -830,9 +833,6 @@ pub fn root_info_from_bytes(b: &[u8]) -> HcclRootInfo {
     }
     ri
 }
-
-#[cfg(test)]
-mod self_tests {}
 
 /// Sanity checks of the reference conversions against known values (run by each test file
 /// that wants them).

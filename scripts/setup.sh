@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building and testing need on a fresh Debian machine (run as root; a no-op
+# when everything is already there).
+set -euo pipefail
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing packages: ${need[*]} (run as root or install them)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+for comp in clippy rustfmt; do
+    if ! rustup component list --installed 2>/dev/null | grep -q "^$comp"; then
+        rustup component add "$comp"
+    fi
+done

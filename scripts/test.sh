@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every check of the project: formatting, lints, unit, integration and C/C++ tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace

@@ -121,7 +121,7 @@ impl Defaults {
         Defaults {
             min_bytes: 8,
             max_bytes: 64 << 20,
-            factor: 4,
+            factor: 2,
             threads: Some(4),
         }
     }

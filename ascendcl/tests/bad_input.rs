@@ -309,3 +309,47 @@ fn misc_rejections_and_messages() {
     assert_eq!(aclDataTypeSize(ACL_DOUBLE as i32), 8);
     assert_eq!(aclFloat16ToFloat(aclFloatToFloat16(1.5)), 1.5);
 }
+
+#[test]
+fn destroyed_streams_and_events_are_rejected() {
+    setup();
+    let s = new_stream();
+    let e = new_event();
+    ok(aclrtDestroyStream(s));
+    ok(aclrtDestroyEvent(e));
+    let mut status = 0;
+    let mut ms = 0.0f32;
+    assert_eq!(aclrtSynchronizeStream(s), ACL_ERROR_INVALID_RESOURCE_HANDLE);
+    assert_eq!(
+        aclrtDestroyStream(s),
+        ACL_ERROR_INVALID_RESOURCE_HANDLE,
+        "double destroy"
+    );
+    assert_eq!(
+        unsafe { aclrtStreamQuery(s, &mut status) },
+        ACL_ERROR_INVALID_RESOURCE_HANDLE
+    );
+    assert_eq!(enqueue(s, || 0), ACL_ERROR_INVALID_RESOURCE_HANDLE);
+    assert_eq!(aclrtHostStreamIsValid(s), ACL_ERROR_INVALID_RESOURCE_HANDLE);
+    let live = new_event();
+    assert_eq!(aclrtRecordEvent(live, s), ACL_ERROR_INVALID_RESOURCE_HANDLE);
+    assert_eq!(
+        aclrtRecordEvent(e, std::ptr::null_mut()),
+        ACL_ERROR_INVALID_RESOURCE_HANDLE
+    );
+    assert_eq!(aclrtSynchronizeEvent(e), ACL_ERROR_INVALID_RESOURCE_HANDLE);
+    assert_eq!(
+        unsafe { aclrtQueryEventStatus(e, &mut status) },
+        ACL_ERROR_INVALID_RESOURCE_HANDLE
+    );
+    assert_eq!(
+        unsafe { aclrtEventElapsedTime(&mut ms, live, e) },
+        ACL_ERROR_INVALID_RESOURCE_HANDLE
+    );
+    assert_eq!(
+        aclrtDestroyEvent(e),
+        ACL_ERROR_INVALID_RESOURCE_HANDLE,
+        "double destroy"
+    );
+    ok(aclrtDestroyEvent(live));
+}

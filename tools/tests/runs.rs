@@ -266,6 +266,6 @@ fn bench_defaults_to_four_thread_allreduce() {
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = table(&stdout(&o));
     let sizes: Vec<u64> = rows.iter().map(|r| r.data_size).collect();
-    assert_eq!(sizes, [8, 32, 128, 512]);
+    assert_eq!(sizes, [8, 16, 32, 64, 128, 256, 512]);
     assert!(stderr(&o).contains("4 threads"));
 }

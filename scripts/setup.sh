@@ -5,7 +5,8 @@ set -euo pipefail
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
-command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+# mpirun alone is not enough: building MPI programs needs the headers of libopenmpi-dev.
+{ command -v mpirun && echo "#include <mpi.h>" | mpicc -E - ; } >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -13,7 +13,7 @@ pub fn build(ctx: &Ctx, coll: &Coll) -> Schedule {
     let n = ctx.n as usize;
     match coll {
         Coll::AllReduce { count } => {
-            if ctx.network || count * ctx.elem <= 4096 {
+            if ctx.network || ctx.deterministic || count * ctx.elem <= 4096 {
                 allreduce_gather(ctx, *count)
             } else {
                 allreduce_rs_ag(ctx, *count)
@@ -97,7 +97,8 @@ pub fn allreduce_gather(ctx: &Ctx, count: usize) -> Schedule {
 }
 
 /// AllReduce between threads of one process: each rank reduces its block straight from its
-/// peers' inputs, then collects the other reduced blocks.
+/// peers' inputs (in arrival order, so not used when reductions must be deterministic), then
+/// collects the other reduced blocks.
 pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
     let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
     let mut s = Schedule::new("direct-rs-ag");
@@ -139,14 +140,15 @@ pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
     s
 }
 
-/// ReduceScatter(V): on memory links each rank reduces its block from its peers' inputs; over
-/// the network the blocks are gathered into scratch and reduced in rank order.
+/// ReduceScatter(V): on memory links each rank reduces its block from its peers' inputs (in
+/// arrival order); over the network, or when reductions must be deterministic, the blocks are
+/// gathered into scratch and reduced in rank order.
 pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
     let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
     let mut s = Schedule::new("direct");
     let my = (displs[me as usize], counts[me as usize]);
     let out = Span::new(Buf::Recv, 0, my.1 * es);
-    if !ctx.network {
+    if !ctx.network && !ctx.deterministic {
         let st = s.step();
         st.push(Action::Copy {
             src: span(Buf::Send, es, my.0, my.1),

@@ -2,19 +2,32 @@
 //! [`Schedule`](schedule::Schedule), and the selector that picks one per call.
 //!
 //! Where to look: ring algorithms in `ring.rs`, one-step mesh exchanges in `direct.rs`, the
-//! pipelined broadcast chain in `chain.rs`, pairwise AlltoAll in `pairwise.rs`, the barrier in
-//! `barrier.rs`, and the choice among them in `select.rs`.
+//! pipelined broadcast chain in `chain.rs`, pairwise AlltoAll in `pairwise.rs`, recursive
+//! halving-doubling in `rhd.rs`, Bruck in `bruck.rs`, the double binary tree in `tree.rs`, the
+//! two-level hierarchical forms in `hier.rs`, the barrier in `barrier.rs`. Choosing: the α-β
+//! cost model in `cost.rs`, the selector in `select.rs`, `HCCL_ALGO` parsing in `spec.rs`.
+//! Checking: the byte-moving simulator in `sim.rs` and the symbolic checker in `symbolic.rs`;
+//! `topo.rs` says which ranks share a host.
 
 pub mod barrier;
+pub mod bruck;
 pub mod chain;
+pub mod cost;
 pub mod direct;
+pub mod hier;
 pub mod pairwise;
+pub mod rhd;
 pub mod ring;
 pub mod schedule;
 pub mod select;
 pub mod sim;
+pub mod spec;
+pub mod symbolic;
+pub mod topo;
+pub mod tree;
 
 pub use schedule::{Action, Buf, Schedule, Span};
+pub use topo::Topo;
 
 /// One collective call, in elements of `Ctx::elem` bytes. The `V` forms carry per-rank counts
 /// and displacements; AlltoAll and AlltoAllVC arrive already converted to `AlltoAllV`.
@@ -67,21 +80,27 @@ pub struct P2pItem {
     pub bytes: usize,
 }
 
-/// What an algorithm may know about where it runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ctx {
+/// What an algorithm may know about where it runs. Every field is the same on every rank
+/// except `me`, so all ranks derive matching schedules.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx<'a> {
     /// This rank.
     pub me: u32,
     /// Number of ranks.
     pub n: u32,
     /// Element size in bytes.
     pub elem: usize,
-    /// True when some peer is reached over the network (not process memory).
+    /// True when some peer is reached over a socket (not process memory).
     pub network: bool,
+    /// Which host each rank is on.
+    pub topo: &'a Topo,
+    /// Reductions must combine contributions in an order fixed by the schedule alone
+    /// (`HCCL_DETERMINISTIC`), never in message arrival order.
+    pub deterministic: bool,
 }
 
 /// An algorithm family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algo {
     /// One-step exchange with every peer (mesh).
     Direct,
@@ -91,18 +110,83 @@ pub enum Algo {
     Chain,
     /// Pairwise exchange (AlltoAll).
     Pairwise,
+    /// Recursive halving-doubling, folding non-power-of-two rank counts.
+    Rhd,
+    /// Two pipelined binary trees, each carrying half of the data (AllReduce).
+    Tree,
+    /// Bruck: ceil(log2 n) rounds of doubling, any rank count (AllGather).
+    Bruck,
+    /// Two-level: mesh within each host, ring across hosts.
+    Hier,
 }
 
 impl Algo {
-    /// Name for logs.
+    /// Every algorithm.
+    pub const ALL: [Algo; 8] = [
+        Algo::Direct,
+        Algo::Ring,
+        Algo::Chain,
+        Algo::Pairwise,
+        Algo::Rhd,
+        Algo::Tree,
+        Algo::Bruck,
+        Algo::Hier,
+    ];
+
+    /// Name for logs and the simulator.
     pub fn name(self) -> &'static str {
         match self {
             Algo::Direct => "direct",
             Algo::Ring => "ring",
             Algo::Chain => "chain",
             Algo::Pairwise => "pairwise",
+            Algo::Rhd => "rhd",
+            Algo::Tree => "tree",
+            Algo::Bruck => "bruck",
+            Algo::Hier => "hier",
         }
     }
+
+    /// The algorithm called `name` (as printed by [`Algo::name`]).
+    pub fn from_name(name: &str) -> Option<Algo> {
+        Algo::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// Whether this algorithm has its own schedule for `coll` (otherwise [`build`] falls back).
+    pub fn supports(self, coll: &Coll) -> bool {
+        use Coll::*;
+        match self {
+            Algo::Direct => true,
+            Algo::Ring => matches!(
+                coll,
+                AllReduce { .. }
+                    | ReduceScatter { .. }
+                    | ReduceScatterV { .. }
+                    | AllGather { .. }
+                    | AllGatherV { .. }
+                    | Reduce { .. }
+                    | Broadcast { .. }
+            ),
+            Algo::Chain => matches!(coll, Broadcast { .. }),
+            Algo::Pairwise => matches!(coll, AlltoAllV { .. }),
+            Algo::Rhd => matches!(
+                coll,
+                AllReduce { .. }
+                    | ReduceScatter { .. }
+                    | ReduceScatterV { .. }
+                    | AllGather { .. }
+                    | AllGatherV { .. }
+            ),
+            Algo::Tree => matches!(coll, AllReduce { .. }),
+            Algo::Bruck => matches!(coll, AllGather { .. } | AllGatherV { .. }),
+            Algo::Hier => matches!(coll, AllReduce { .. } | AllGather { .. }),
+        }
+    }
+}
+
+fn equal_blocks(n: u32, count: usize) -> (Vec<usize>, Vec<usize>) {
+    let n = n as usize;
+    (vec![count; n], (0..n).map(|i| i * count).collect())
 }
 
 /// Builds rank `ctx.me`'s schedule for `coll` with algorithm `algo` (falling back to the
@@ -113,18 +197,14 @@ pub fn build(coll: &Coll, ctx: &Ctx, algo: Algo) -> Schedule {
         (Coll::P2p { items }, _) => direct::p2p(ctx, items),
         (Coll::AllReduce { count }, Algo::Ring) => ring::allreduce(ctx, *count),
         (Coll::ReduceScatter { count }, Algo::Ring) => {
-            let n = ctx.n as usize;
-            let counts = vec![*count; n];
-            let displs = (0..n).map(|i| i * count).collect::<Vec<_>>();
+            let (counts, displs) = equal_blocks(ctx.n, *count);
             ring::reduce_scatter(ctx, &counts, &displs)
         }
         (Coll::ReduceScatterV { counts, displs }, Algo::Ring) => {
             ring::reduce_scatter(ctx, counts, displs)
         }
         (Coll::AllGather { count }, Algo::Ring) => {
-            let n = ctx.n as usize;
-            let counts = vec![*count; n];
-            let displs = (0..n).map(|i| i * count).collect::<Vec<_>>();
+            let (counts, displs) = equal_blocks(ctx.n, *count);
             ring::allgather(ctx, &counts, &displs)
         }
         (Coll::AllGatherV { counts, displs }, Algo::Ring) => ring::allgather(ctx, counts, displs),
@@ -133,6 +213,29 @@ pub fn build(coll: &Coll, ctx: &Ctx, algo: Algo) -> Schedule {
             chain::broadcast(ctx, *count, *root)
         }
         (Coll::AlltoAllV { .. }, Algo::Pairwise) => pairwise::alltoallv(ctx, coll),
+        (Coll::AllReduce { count }, Algo::Rhd) => rhd::allreduce(ctx, *count),
+        (Coll::ReduceScatter { count }, Algo::Rhd) => {
+            let (counts, displs) = equal_blocks(ctx.n, *count);
+            rhd::reduce_scatter(ctx, &counts, &displs)
+        }
+        (Coll::ReduceScatterV { counts, displs }, Algo::Rhd) => {
+            rhd::reduce_scatter(ctx, counts, displs)
+        }
+        (Coll::AllGather { count }, Algo::Rhd) => {
+            let (counts, displs) = equal_blocks(ctx.n, *count);
+            rhd::allgather(ctx, &counts, &displs)
+        }
+        (Coll::AllGatherV { counts, displs }, Algo::Rhd) => rhd::allgather(ctx, counts, displs),
+        (Coll::AllGather { count }, Algo::Bruck) => {
+            let (counts, displs) = equal_blocks(ctx.n, *count);
+            bruck::allgather(ctx, &counts, &displs)
+        }
+        (Coll::AllGatherV { counts, displs }, Algo::Bruck) => {
+            bruck::allgather(ctx, counts, displs)
+        }
+        (Coll::AllReduce { count }, Algo::Tree) => tree::allreduce(ctx, *count),
+        (Coll::AllReduce { count }, Algo::Hier) => hier::allreduce(ctx, *count),
+        (Coll::AllGather { count }, Algo::Hier) => hier::allgather(ctx, *count),
         _ => direct::build(ctx, coll),
     };
     s.finish()

@@ -1,44 +1,64 @@
-//! Choosing an algorithm for a call from the operation, its size and the links involved.
-//!
-//! Between threads of one process a "message" is one memory copy by the receiver, so one-step
-//! exchanges win at every size. Over the network, one-step exchanges win while latency
-//! dominates and bandwidth-optimal forms (ring, chain, pairwise) win for large messages.
+//! Choosing an algorithm for a call: the cheapest under the α-β model of `cost.rs`, for the
+//! operation, its size, the rank count and the host layout. Every input is the same on every
+//! rank, so all ranks choose alike.
 
+use super::cost::{predict, CostModel, Shape};
 use super::{Algo, Coll, Ctx};
 
-/// Bytes per rank above which bandwidth-optimal network algorithms are used.
+/// Bytes per rank above which pairwise AlltoAll is used over the network.
 pub const NETWORK_LARGE_BYTES: usize = 64 * 1024;
 
-/// The algorithm for `coll` in context `ctx`.
-pub fn choose(coll: &Coll, ctx: &Ctx) -> Algo {
-    if !ctx.network || ctx.n <= 2 {
-        // Two ranks: the ring is a direct exchange already, and direct needs no scratch copy.
-        return match coll {
-            Coll::AllReduce { count } if ctx.network && count * ctx.elem > NETWORK_LARGE_BYTES => {
-                Algo::Ring
-            }
-            _ => Algo::Direct,
-        };
-    }
-    let bytes = match coll {
-        Coll::AllReduce { count } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. } => {
-            count * ctx.elem
-        }
-        Coll::AllGather { count } | Coll::ReduceScatter { count } => {
-            count * ctx.elem * ctx.n as usize
-        }
-        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
-            counts.iter().sum::<usize>() * ctx.elem
-        }
-        Coll::AlltoAllV { send_counts, .. } => send_counts.iter().sum::<usize>() * ctx.elem,
-        Coll::Scatter { .. } | Coll::P2p { .. } | Coll::Barrier => return Algo::Direct,
-    };
-    if bytes <= NETWORK_LARGE_BYTES {
-        return Algo::Direct;
-    }
+/// The size the cost formulas take for `coll` (see [`predict`]).
+pub fn model_bytes(coll: &Coll, elem: usize, n: u32) -> usize {
     match coll {
-        Coll::Broadcast { .. } => Algo::Chain,
-        Coll::AlltoAllV { .. } => Algo::Pairwise,
-        _ => Algo::Ring,
+        Coll::AllReduce { count } | Coll::Broadcast { count, .. } | Coll::Reduce { count, .. } => {
+            count * elem
+        }
+        Coll::AllGather { count } | Coll::ReduceScatter { count } => count * elem * n as usize,
+        Coll::Scatter { count, .. } => count * elem * n as usize,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
+            counts.iter().sum::<usize>() * elem
+        }
+        Coll::AlltoAllV { send_counts, .. } => send_counts.iter().sum::<usize>() * elem,
+        Coll::P2p { .. } | Coll::Barrier => 0,
     }
+}
+
+/// Predicted seconds of every algorithm that has a schedule for `coll`, in [`Algo::ALL`] order.
+pub fn predictions(coll: &Coll, ctx: &Ctx, model: &CostModel) -> Vec<(Algo, f64)> {
+    let bytes = model_bytes(coll, ctx.elem, ctx.n) as f64;
+    let sh = Shape::of(ctx.topo);
+    Algo::ALL
+        .into_iter()
+        .filter_map(|a| predict(a, coll, bytes, sh, model, !ctx.network).map(|t| (a, t)))
+        .collect()
+}
+
+/// The algorithm for `coll` in context `ctx` under `model`.
+pub fn choose_with(coll: &Coll, ctx: &Ctx, model: &CostModel) -> Algo {
+    match coll {
+        Coll::P2p { .. } | Coll::Barrier | Coll::Scatter { .. } => return Algo::Direct,
+        // Per-rank counts differ, so the size cannot steer a choice every rank agrees on;
+        // only the (shared) link kind does.
+        Coll::AlltoAllV { .. } => {
+            return if ctx.network && ctx.n > 2 {
+                Algo::Pairwise
+            } else {
+                Algo::Direct
+            }
+        }
+        _ => {}
+    }
+    let mut best = (Algo::Direct, f64::INFINITY);
+    for (a, t) in predictions(coll, ctx, model) {
+        if t < best.1 {
+            best = (a, t);
+        }
+    }
+    best.0
+}
+
+/// The algorithm for `coll` in context `ctx` under the default model.
+pub fn choose(coll: &Coll, ctx: &Ctx) -> Algo {
+    choose_with(coll, ctx, &CostModel::for_ctx(ctx))
 }

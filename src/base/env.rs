@@ -225,6 +225,15 @@ pub struct EnvConfig {
     /// `HCCL_HOST_ID` (our extension): overrides this host's identity, so several "hosts" can be
     /// simulated on one machine for topology tests.
     pub host_id: Option<String>,
+    /// `HCCL_RANK_HOST_MAP` (our extension, for tests): one host label per rank of a
+    /// communicator, comma-separated in rank order (`a,a,b,b,b`), telling the algorithms which
+    /// ranks share a host whatever the real layout — e.g. to run two-level algorithms on rank
+    /// threads of one process. Applied to communicators whose size equals the list length.
+    pub rank_host_map: Option<Vec<String>>,
+    /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): let the shared-memory link copy large
+    /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
+    /// through the staging rings. Default `true`.
+    pub shm_single_copy: bool,
     /// Non-fatal findings (aliases used, values below vendor minimums, knobs without effect).
     /// Logged at WARN by [`crate::base::logging::init_from_env`].
     pub warnings: Vec<String>,
@@ -648,6 +657,21 @@ impl EnvConfig {
         let rdma = r.rdma()?;
         let peer_nics = r.peer_nics()?;
         let host_id = r.raw("HCCL_HOST_ID");
+        let rank_host_map = r.raw("HCCL_RANK_HOST_MAP").map(|v| {
+            v.split(',')
+                .map(|x| x.trim().to_string())
+                .collect::<Vec<_>>()
+        });
+        if let Some(m) = &rank_host_map {
+            if m.iter().any(String::is_empty) {
+                crate::bail!(
+                    Para,
+                    "HCCL_RANK_HOST_MAP: empty host label; expected one label per rank, \
+                     comma-separated, e.g. \"a,a,b,b\""
+                );
+            }
+        }
+        let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?.unwrap_or(true);
         Ok(EnvConfig {
             buffsize_mb,
             connect_timeout,
@@ -672,6 +696,8 @@ impl EnvConfig {
             rdma,
             peer_nics,
             host_id,
+            rank_host_map,
+            shm_single_copy,
             warnings: r.warnings,
         })
     }
@@ -762,6 +788,8 @@ mod tests {
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
         assert_eq!(c.host_id, None);
+        assert!(c.shm_single_copy);
+        assert!(!ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy);
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
@@ -800,6 +828,7 @@ mod tests {
             "HCCL_RDMA_QPS_PER_CONNECTION",
             "HCCL_PEER_NICS",
             "HCCL_HOST_ID",
+            "HCCL_SHM_SINGLE_COPY",
         ];
         for blank in ["", "   ", "\t\n"] {
             let vars: Vec<(&str, &str)> = all.iter().map(|k| (*k, blank)).collect();
@@ -1193,6 +1222,13 @@ mod tests {
             ok(&[("HCCL_HOST_ID", " node-7 ")]).host_id.as_deref(),
             Some("node-7")
         );
+    }
+
+    #[test]
+    fn rank_host_map() {
+        let c = ok(&[("HCCL_RANK_HOST_MAP", " a, a ,b ")]);
+        assert_eq!(c.rank_host_map, Some(vec!["a".into(), "a".into(), "b".into()]));
+        bad("HCCL_RANK_HOST_MAP", "a,,b");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::rank_table::RankTable;
 use super::root_info::RootInfo;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
-use crate::base::env::EnvConfig;
+use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
@@ -64,6 +64,8 @@ pub struct Communicator {
     table: Vec<RankRecord>,
     cfg: CommConfig,
     network: bool,
+    /// Which ranks share a host, as the algorithms see it.
+    topo: algo::Topo,
     creator: ThreadId,
     inner: Mutex<Inner>,
     state: Mutex<State>,
@@ -160,9 +162,14 @@ impl Communicator {
             };
             bootstrap::serve_root(listener, key, dl)?;
         }
-        let me = my_record(rank, &cfg)?;
+        let mut me = my_record(rank, &cfg)?;
+        let (server, dev) = rt.rank(rank).expect("rank checked");
+        // The table says which ranks share a host: those of one server_id, whatever the
+        // machines' own identities say (HCCL_HOST_ID still wins when set).
+        if cfg.env.host_id.is_none() {
+            me.loc.host = fnv64(format!("server_id:{}", server.server_id).as_bytes());
+        }
         let table = bootstrap::exchange(&root, key, n, &me, dl)?;
-        let (_, dev) = rt.rank(rank).expect("rank checked");
         let name = cfg
             .name
             .clone()
@@ -295,25 +302,59 @@ impl Communicator {
         } else {
             None
         };
-        let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        let mut streams: Vec<Option<Vec<TcpStream>>> = (0..n).map(|_| None).collect();
+        // The connecting side decides how many sockets a link has; the acceptor follows it.
+        let sockets = cfg
+            .env
+            .sockets_per_peer
+            .unwrap_or(crate::transport::tcp::DEFAULT_SOCKETS_PER_PEER) as u16;
         let network_peers: Vec<u32> = (0..n)
             .filter(|&p| p != rank && !same_proc(&table[p as usize]))
             .collect();
+        // Other processes on this host get shared memory, introduced over one connection that
+        // then stays open as the liveness signal (HCCL_INTRA_ROCE_ENABLE=1 keeps TCP).
+        let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
+        let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
+            (0..n).map(|_| None).collect();
         // The lower rank of each pair connects; the higher accepts through the process listener.
         let res: Result<()> = (|| {
             for &p in network_peers.iter().filter(|&&p| p > rank) {
-                streams[p as usize] = Some(acceptor::connect(
+                streams[p as usize] = Some(acceptor::connect_link(
                     table[p as usize].data_addr,
                     key,
                     rank,
                     p,
+                    if same_host(p) { 1 } else { sockets },
                     dl,
                 )?);
             }
             if network_peers.iter().any(|&p| p < rank) {
                 let acc = Acceptor::global(&cfg.env)?;
                 for &p in network_peers.iter().filter(|&&p| p < rank) {
-                    streams[p as usize] = Some(acc.take(key, p, rank, dl)?);
+                    streams[p as usize] = Some(acc.take_link(key, p, rank, dl)?);
+                }
+            }
+            let mut local: Vec<(u32, TcpStream)> = Vec::new();
+            for &p in network_peers.iter().filter(|&&p| same_host(p)) {
+                if let Some(mut v) = streams[p as usize].take_if(|v| v.len() == 1) {
+                    local.push((p, v.remove(0)));
+                }
+            }
+            if !local.is_empty() {
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+                let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
+                let opts = crate::transport::shm::ShmOptions {
+                    budget: cfg.buffer_bytes,
+                    single_copy: cfg.env.shm_single_copy,
+                    crowded: on_host > cores,
+                };
+                for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {
+                    match a {
+                        crate::transport::shm::Attached::Shm(l) => shm_links[p as usize] = Some(l),
+                        crate::transport::shm::Attached::Tcp(s) => {
+                            streams[p as usize] = Some(vec![s])
+                        }
+                    }
                 }
             }
             Ok(())
@@ -328,6 +369,8 @@ impl Communicator {
             .map(|p| {
                 if p == rank {
                     PeerLink::Local
+                } else if let Some(l) = shm_links[p as usize].take() {
+                    PeerLink::Shm(l)
                 } else if let Some(s) = streams[p as usize].take() {
                     PeerLink::Tcp(s)
                 } else {
@@ -337,13 +380,15 @@ impl Communicator {
             .collect();
         let ep = Endpoint::new(rank, peers, fabric, bell)?;
         let network = (0..n).any(|p| ep.link_kind(p) == LinkKind::Tcp);
+        let count = |k: LinkKind| (0..n).filter(|&p| ep.link_kind(p) == k).count();
         log::info!(
-            "comm {name}: rank {rank} of {n} ready ({} memory peers, {} network peers)",
-            (0..n)
-                .filter(|&p| ep.link_kind(p) == LinkKind::Memory)
-                .count(),
-            network_peers.len()
+            "comm {name}: rank {rank} of {n} ready ({} memory peers, {} shm peers, {} network \
+             peers)",
+            count(LinkKind::Memory),
+            count(LinkKind::Shm),
+            count(LinkKind::Tcp)
         );
+        let topo = algo_topology(&name, rank, &table, &cfg);
         Ok(Communicator {
             key,
             name,
@@ -353,6 +398,7 @@ impl Communicator {
             table,
             cfg,
             network,
+            topo,
             creator: std::thread::current().id(),
             inner: Mutex::new(Inner {
                 ep,
@@ -450,10 +496,15 @@ impl Communicator {
             n: self.size,
             elem: args.dtype.size(),
             network: self.network,
+            topo: &self.topo,
+            deterministic: self.cfg.deterministic != Deterministic::Off,
         };
-        let algo = algo::select::choose(&args.coll, &ctx);
+        let (algo, forced) = match self.cfg.algo_spec.forced(&args.coll) {
+            Some(a) => (a, true),
+            None => (algo::select::choose(&args.coll, &ctx), false),
+        };
         let sched = algo::build(&args.coll, &ctx, algo);
-        self.log_choice(&mut inner, args, algo);
+        self.log_choice(&mut inner, args, algo, forced);
         let words = sched.scratch.div_ceil(8);
         if inner.scratch.len() < words {
             inner.scratch.resize(words, 0);
@@ -482,25 +533,56 @@ impl Communicator {
         })
     }
 
-    fn log_choice(&self, inner: &mut Inner, args: &OpArgs, algo: Algo) {
-        let bytes = match &args.coll {
-            Coll::AllReduce { count }
-            | Coll::Broadcast { count, .. }
-            | Coll::Reduce { count, .. } => count * args.dtype.size(),
-            _ => 0,
-        };
+    /// The host layout the algorithms use.
+    pub fn topology(&self) -> &algo::Topo {
+        &self.topo
+    }
+
+    /// Logs the algorithm once per (operation, power-of-two size bucket, algorithm).
+    fn log_choice(&self, inner: &mut Inner, args: &OpArgs, algo: Algo, forced: bool) {
+        let bytes = algo::select::model_bytes(&args.coll, args.dtype.size(), self.size);
         let bucket = usize::BITS - bytes.leading_zeros();
         let k = (args.name, algo.name(), bucket);
         if !inner.logged.contains(&k) {
             inner.logged.push(k);
             log::info!(
-                "comm {} rank {}: {} of ~2^{bucket} bytes uses the {} algorithm",
+                "comm {} rank {}: {} of ~2^{bucket} bytes on {} ranks / {} hosts uses the {} \
+                 algorithm ({})",
                 self.name,
                 self.rank,
                 args.name,
-                algo.name()
+                self.size,
+                self.topo.hosts().len(),
+                algo.name(),
+                if forced { "forced by HCCL_ALGO" } else { "cheapest under the cost model" }
             );
         }
+    }
+}
+
+/// The algorithms' host layout: the real hosts of the rank table, or the `HCCL_RANK_HOST_MAP`
+/// test override when it lists exactly one label per rank of this communicator.
+fn algo_topology(
+    name: &str,
+    rank: u32,
+    table: &[RankRecord],
+    cfg: &CommConfig,
+) -> algo::Topo {
+    let real = || algo::Topo::from_labels(&table.iter().map(|r| r.loc.host).collect::<Vec<_>>());
+    match &cfg.env.rank_host_map {
+        Some(map) if map.len() == table.len() => algo::Topo::from_labels(map),
+        Some(map) => {
+            if rank == 0 {
+                log::warn!(
+                    "comm {name}: HCCL_RANK_HOST_MAP lists {} ranks, the communicator has {}; \
+                     using the real host layout",
+                    map.len(),
+                    table.len()
+                );
+            }
+            real()
+        }
+        None => real(),
     }
 }
 

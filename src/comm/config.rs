@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::algo::spec::{self, AlgoSpec};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -49,6 +50,8 @@ pub struct CommConfig {
     pub connect_timeout: Duration,
     /// Algorithm selection text (`HCCL_ALGO` syntax), if any.
     pub algo: Option<String>,
+    /// `algo`, parsed and validated (empty: automatic selection everywhere).
+    pub algo_spec: AlgoSpec,
     /// Force network links even inside one host/process (`HCCL_INTRA_ROCE_ENABLE=1`).
     pub force_network: bool,
     /// World rank id given by the caller (informational).
@@ -103,13 +106,25 @@ impl CommConfig {
                 ));
             }
         }
+        let algo = ov.algo.clone().or_else(|| env.algo.clone());
+        let source = if ov.algo.is_some() { "hcclAlgo" } else { "HCCL_ALGO" };
+        let algo_spec = match &algo {
+            None => AlgoSpec::default(),
+            Some(t) => spec::parse(t).map_err(|e| {
+                Error::new(ErrorKind::Para, format!("{source}: {e}"))
+            })?,
+        };
+        for w in &algo_spec.warnings {
+            log::warn!("{source}: {w}");
+        }
         Ok(CommConfig {
             buffer_bytes: buffer_mb as usize * (1 << 20),
             deterministic,
             name: ov.name.clone(),
             exec_timeout,
             connect_timeout: env.connect_timeout,
-            algo: ov.algo.clone().or_else(|| env.algo.clone()),
+            algo,
+            algo_spec,
             force_network: env.intra_roce,
             world_rank_id: ov.world_rank_id,
             job_id: ov.job_id,
@@ -146,6 +161,28 @@ mod tests {
         assert_eq!(c.buffer_bytes, 8 << 20);
         assert_eq!(c.exec_timeout, Some(Duration::from_secs(5)));
         assert_eq!(c.deterministic, Deterministic::On);
+    }
+
+    #[test]
+    fn algo_is_parsed_and_validated_at_init() {
+        let e = env(&[("HCCL_ALGO", "level0:NA;level1:H-D_R")]);
+        let c = CommConfig::merge(&Overrides::default(), &e).unwrap();
+        assert_eq!(c.algo_spec.global, Some(crate::algo::Algo::Rhd));
+        // The config field wins over the environment.
+        let ov = Overrides {
+            algo: Some("allreduce=level0:NA;level1:ring".into()),
+            ..Default::default()
+        };
+        let c = CommConfig::merge(&ov, &e).unwrap();
+        assert_eq!(c.algo_spec.global, None);
+        assert_eq!(c.algo_spec.per_op.len(), 1);
+        let bad = Overrides {
+            algo: Some("level0:NA;level1:star".into()),
+            ..Default::default()
+        };
+        let err = CommConfig::merge(&bad, &e).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Para);
+        assert!(err.msg.contains("hcclAlgo") && err.msg.contains("H-D_R"), "{}", err.msg);
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod bootstrap;
 pub mod communicator;
 pub mod config;
 pub mod group;
+pub mod host_runtime;
 pub mod launch;
 pub mod rank_table;
 pub mod registry;

@@ -1,23 +1,27 @@
 //! Links between ranks and the per-rank endpoint that drives them.
 //!
 //! A rank reaches each peer through one link: itself (local copy), in-process memory (ranks
-//! that are threads of one process) or TCP (ranks in other processes). The endpoint posts sends
+//! that are threads of one process), shared memory (other processes on the same host, see
+//! [`shm`]) or TCP (ranks on other hosts, or everywhere when the network link is forced). The endpoint posts sends
 //! and receives on those links and completes them together in one progress loop, so any set of
 //! operations whose peers post the matching ones completes without deadlock.
 
 pub mod acceptor;
+pub mod cma;
 pub mod doorbell;
 pub mod inproc;
 pub mod net;
+pub mod shm;
 pub mod tcp;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 use doorbell::Doorbell;
 use inproc::InprocFabric;
+use shm::ShmLink;
 use tcp::TcpLink;
 
 /// How the receiver combines incoming data with what its buffer holds: `dst = dst op src`.
@@ -51,6 +55,8 @@ pub enum LinkKind {
     Local,
     /// Another thread of this process.
     Memory,
+    /// Another process on this host, over shared memory.
+    Shm,
     /// Another process, over TCP.
     Tcp,
 }
@@ -58,8 +64,13 @@ pub enum LinkKind {
 enum Link {
     Local,
     Memory,
+    Shm(Box<ShmLink>),
     Tcp(Box<TcpLink>),
 }
+
+/// Longest sleep while shared-memory and in-process work are both pending: in-process peers
+/// ring the eventfd doorbell, not the shared futex, so the futex sleep must stay short.
+const MIXED_SLEEP: Duration = Duration::from_micros(200);
 
 #[derive(Clone, Copy)]
 enum Pending {
@@ -83,6 +94,13 @@ pub struct Endpoint {
     bell: Arc<Doorbell>,
     pending: Vec<Pending>,
     tcp_active: Vec<u32>,
+    shm_seg: Option<Arc<shm::Segment>>,
+    shm_active: Vec<u32>,
+    /// Reducing shared-memory receives run in posting order: counters of those posted and of
+    /// the next allowed to run, both reset when all work completes.
+    shm_reduce_posted: u64,
+    shm_reduce_next: u64,
+    shm_stage: Vec<u8>,
     local_sends: Vec<(usize, usize)>,
     broken: Option<Error>,
 }
@@ -93,8 +111,10 @@ pub enum PeerLink {
     Local,
     /// Same process.
     Memory,
-    /// A connected TCP stream.
-    Tcp(std::net::TcpStream),
+    /// Same host, another process: an attached shared-memory link.
+    Shm(Box<ShmLink>),
+    /// Connected TCP streams (one or more, in the same order on both ends).
+    Tcp(Vec<std::net::TcpStream>),
 }
 
 impl Endpoint {
@@ -106,6 +126,7 @@ impl Endpoint {
         bell: Arc<Doorbell>,
     ) -> Result<Endpoint> {
         let mut links = Vec::with_capacity(peers.len());
+        let mut shm_seg = None;
         for (p, l) in peers.into_iter().enumerate() {
             links.push(match l {
                 PeerLink::Local => Link::Local,
@@ -118,6 +139,10 @@ impl Endpoint {
                     }
                     Link::Memory
                 }
+                PeerLink::Shm(l) => {
+                    shm_seg.get_or_insert_with(|| l.segment().clone());
+                    Link::Shm(l)
+                }
                 PeerLink::Tcp(s) => Link::Tcp(Box::new(TcpLink::new(s, p as u32)?)),
             });
         }
@@ -128,6 +153,11 @@ impl Endpoint {
             bell,
             pending: Vec::new(),
             tcp_active: Vec::new(),
+            shm_seg,
+            shm_active: Vec::new(),
+            shm_reduce_posted: 0,
+            shm_reduce_next: 0,
+            shm_stage: Vec::new(),
             local_sends: Vec::new(),
             broken: None,
         })
@@ -148,6 +178,7 @@ impl Endpoint {
         match self.links[peer as usize] {
             Link::Local => LinkKind::Local,
             Link::Memory => LinkKind::Memory,
+            Link::Shm(_) => LinkKind::Shm,
             Link::Tcp(_) => LinkKind::Tcp,
         }
     }
@@ -179,6 +210,12 @@ impl Endpoint {
                 let f = self.fabric.as_ref().expect("memory link has a fabric");
                 let seq = f.post_send(self.me as usize, peer as usize, ptr, len);
                 self.pending.push(Pending::MemSend { peer, seq });
+            }
+            Link::Shm(l) => {
+                l.post_send(ptr, len);
+                if !self.shm_active.contains(&peer) {
+                    self.shm_active.push(peer);
+                }
             }
             Link::Tcp(t) => {
                 t.post_send(ptr, len);
@@ -231,6 +268,16 @@ impl Endpoint {
                 len,
                 reduce,
             }),
+            Link::Shm(l) => {
+                let order = reduce.map(|_| {
+                    self.shm_reduce_posted += 1;
+                    self.shm_reduce_posted - 1
+                });
+                l.post_recv(ptr, len, reduce, order);
+                if !self.shm_active.contains(&peer) {
+                    self.shm_active.push(peer);
+                }
+            }
             Link::Tcp(t) => {
                 t.post_recv(ptr, len, reduce);
                 if !self.tcp_active.contains(&peer) {
@@ -259,11 +306,16 @@ impl Endpoint {
             ));
         }
         let mut pollfds: Vec<libc::pollfd> = Vec::new();
+        let mut check_shm_peers = false;
         loop {
             let seen = self.bell.seq();
+            let shm_seen = self.shm_seg.as_ref().map(|s| s.bell_seq());
             let mut progressed = self.progress_memory()?;
             progressed |= self.progress_tcp()?;
-            if self.pending.is_empty() && self.tcp_active.is_empty() {
+            progressed |= self.progress_shm()?;
+            if self.pending.is_empty() && self.tcp_active.is_empty() && self.shm_active.is_empty() {
+                self.shm_reduce_posted = 0;
+                self.shm_reduce_next = 0;
                 return Ok(());
             }
             if let Some(f) = &self.fabric {
@@ -276,6 +328,39 @@ impl Endpoint {
             }
             if progressed {
                 continue;
+            }
+            if check_shm_peers {
+                // A wait ended without work to do: a peer may have aborted or died.
+                for &p in &self.shm_active {
+                    if let Link::Shm(l) = &self.links[p as usize] {
+                        l.check_peer()?;
+                    }
+                }
+            }
+            if let (Some(seg), Some(s)) = (&self.shm_seg, shm_seen) {
+                if !self.shm_active.is_empty() && self.tcp_active.is_empty() {
+                    let left = match deadline {
+                        None => shm::SLEEP_TICK,
+                        Some(d) => {
+                            let left = d.saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                return Err(self.timeout_error());
+                            }
+                            left
+                        }
+                    };
+                    let max = if self.pending.is_empty() {
+                        left
+                    } else {
+                        left.min(MIXED_SLEEP)
+                    };
+                    seg.wait(s, max);
+                    check_shm_peers = true;
+                    continue;
+                }
+                // Shared memory and TCP both pending: shared-memory arrivals do not wake the
+                // poll below, so sleep in short slices.
+                check_shm_peers = !self.shm_active.is_empty();
             }
             let timeout_ms = match deadline {
                 None => 1000,
@@ -297,6 +382,7 @@ impl Endpoint {
                     });
                 }
             }
+            let timeout_ms = if check_shm_peers { 1 } else { timeout_ms };
             self.bell.wait(seen, &mut pollfds, timeout_ms.max(1));
         }
     }
@@ -309,6 +395,7 @@ impl Endpoint {
                 Pending::MemSend { peer, .. } | Pending::MemRecv { peer, .. } => *peer,
             })
             .chain(self.tcp_active.iter().copied())
+            .chain(self.shm_active.iter().copied())
             .collect();
         waiting.sort_unstable();
         waiting.dedup();
@@ -383,13 +470,35 @@ impl Endpoint {
         Ok(progressed)
     }
 
+    /// Adds to a failure on the link to `failed` the other TCP peers whose connections are
+    /// closed too: when one host dies, the ranks that notice first abort and close their own
+    /// links, so the first closed link a rank sees may not be the peer that was lost.
+    fn note_lost_tcp_peers(&self, failed: usize, e: Error) -> Error {
+        let lost: Vec<usize> = (0..self.links.len())
+            .filter(|&q| q != failed && matches!(&self.links[q], Link::Tcp(t) if t.hung_up()))
+            .collect();
+        if lost.is_empty() {
+            return e;
+        }
+        Error::new(
+            e.kind,
+            format!(
+                "{}; the connections to peer rank(s) {lost:?} are closed as well",
+                e.msg
+            ),
+        )
+    }
+
     fn progress_tcp(&mut self) -> Result<bool> {
         let mut progressed = false;
         let mut i = 0;
         while i < self.tcp_active.len() {
             let p = self.tcp_active[i] as usize;
             if let Link::Tcp(t) = &mut self.links[p] {
-                progressed |= t.progress()?;
+                progressed |= t.progress().map_err(|e| self.note_lost_tcp_peers(p, e))?;
+                let Link::Tcp(t) = &self.links[p] else {
+                    unreachable!("link kind does not change")
+                };
                 if t.idle() {
                     self.tcp_active.swap_remove(i);
                     continue;
@@ -400,8 +509,26 @@ impl Endpoint {
         Ok(progressed)
     }
 
-    /// Abandons pending operations after a failure and tells peers: TCP links are shut down and
-    /// the in-process fabric is marked failed, so every rank waiting on this one errors out.
+    fn progress_shm(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        let mut i = 0;
+        while i < self.shm_active.len() {
+            let p = self.shm_active[i] as usize;
+            if let Link::Shm(l) = &mut self.links[p] {
+                progressed |= l.progress(&mut self.shm_reduce_next, &mut self.shm_stage)?;
+                if l.idle() {
+                    self.shm_active.swap_remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        Ok(progressed)
+    }
+
+    /// Abandons pending operations after a failure and tells peers: TCP and shared-memory links
+    /// are shut down, this rank's shared segment and the in-process fabric are marked failed, so
+    /// every rank waiting on this one errors out.
     pub fn abort(&mut self, why: &Error) {
         log::error!("rank {}: aborting communicator links: {}", self.me, why.msg);
         if let Some(f) = &self.fabric {
@@ -413,10 +540,18 @@ impl Endpoint {
         }
         self.pending.clear();
         self.tcp_active.clear();
+        self.shm_active.clear();
         self.local_sends.clear();
+        // The flag goes up before any link is released, so a peer that finishes a single-copy
+        // read of this rank's buffer afterwards sees it and discards what it read.
+        if let Some(seg) = &self.shm_seg {
+            seg.mark_failed();
+        }
         for l in &mut self.links {
-            if let Link::Tcp(t) = l {
-                t.abort();
+            match l {
+                Link::Tcp(t) => t.abort(),
+                Link::Shm(s) => s.abort(),
+                _ => {}
             }
         }
         if let Some(f) = &self.fabric {

@@ -70,7 +70,7 @@ pub fn list_interfaces() -> Result<Vec<IfAddr>> {
 }
 
 fn rank_interface(i: &IfAddr) -> u8 {
-    if i.addr.is_loopback() {
+    if i.addr.is_loopback() || i.name == "lo" {
         2
     } else if i.name.starts_with("docker") {
         1
@@ -81,14 +81,21 @@ fn rank_interface(i: &IfAddr) -> u8 {
 
 /// Picks the address this process listens on, following the configured preferences.
 pub fn choose_local_addr(env: &EnvConfig) -> Result<IfAddr> {
-    let want_v6 = matches!(env.socket_family, SocketFamily::V6);
     if let Some(ip) = env.if_ip {
         return Ok(IfAddr {
             name: "HCCL_IF_IP".into(),
             addr: ip,
         });
     }
-    let mut all: Vec<IfAddr> = list_interfaces()?
+    choose_from(env, list_interfaces()?)
+}
+
+/// The choice among `interfaces` when `HCCL_IF_IP` is unset: only addresses of the
+/// `HCCL_SOCKET_FAMILY` family, filtered by `HCCL_SOCKET_IFNAME` when set, ordered
+/// non-docker non-loopback (by name), docker, loopback.
+fn choose_from(env: &EnvConfig, interfaces: Vec<IfAddr>) -> Result<IfAddr> {
+    let want_v6 = matches!(env.socket_family, SocketFamily::V6);
+    let mut all: Vec<IfAddr> = interfaces
         .into_iter()
         .filter(|i| i.addr.is_ipv6() == want_v6)
         .collect();
@@ -104,7 +111,11 @@ pub fn choose_local_addr(env: &EnvConfig) -> Result<IfAddr> {
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::Network,
-                    "no interface matches HCCL_SOCKET_IFNAME".to_string(),
+                    format!(
+                        "no {} interface that is up matches HCCL_SOCKET_IFNAME ({:?})",
+                        if want_v6 { "IPv6" } else { "IPv4" },
+                        filter
+                    ),
                 )
             });
     }
@@ -147,5 +158,90 @@ mod tests {
         };
         assert!(rank_interface(&eth) < rank_interface(&dk));
         assert!(rank_interface(&dk) < rank_interface(&lo));
+    }
+
+    fn ifa(name: &str, addr: &str) -> IfAddr {
+        IfAddr {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+        }
+    }
+
+    fn env(vars: &[(&str, &str)]) -> EnvConfig {
+        EnvConfig::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    }
+
+    fn pick(vars: &[(&str, &str)], list: &[IfAddr]) -> Result<String> {
+        choose_from(&env(vars), list.to_vec()).map(|i| format!("{}={}", i.name, i.addr))
+    }
+
+    #[test]
+    fn choice_follows_vendor_order_and_filters() {
+        let list = [
+            ifa("lo", "127.0.0.1"),
+            ifa("docker0", "198.18.9.1"),
+            ifa("eth1", "198.18.0.2"),
+            ifa("eth0", "198.18.0.1"),
+            ifa("enp3", "198.18.1.1"),
+            ifa("eth0", "2001:2::1"),
+            ifa("lo", "::1"),
+        ];
+        // Automatic: non-docker non-lo by name, IPv4 by default.
+        assert_eq!(pick(&[], &list).unwrap(), "enp3=198.18.1.1");
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_FAMILY", "AF_INET6")], &list).unwrap(),
+            "eth0=2001:2::1"
+        );
+        // Docker before loopback when nothing else is up.
+        assert_eq!(
+            pick(&[], &[list[0].clone(), list[1].clone()]).unwrap(),
+            "docker0=198.18.9.1"
+        );
+        assert_eq!(pick(&[], &list[..1]).unwrap(), "lo=127.0.0.1");
+        // Prefix, exact, exclude and comma lists.
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_IFNAME", "eth")], &list).unwrap(),
+            "eth0=198.18.0.1"
+        );
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_IFNAME", "=eth1")], &list).unwrap(),
+            "eth1=198.18.0.2"
+        );
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_IFNAME", "^enp,eth0")], &list).unwrap(),
+            "eth1=198.18.0.2"
+        );
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_IFNAME", "^=enp3,eth0,eth1")], &list).unwrap(),
+            "docker0=198.18.9.1"
+        );
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_IFNAME", "docker,lo")], &list).unwrap(),
+            "docker0=198.18.9.1"
+        );
+        let e = pick(
+            &[
+                ("HCCL_SOCKET_IFNAME", "=eth1"),
+                ("HCCL_SOCKET_FAMILY", "AF_INET6"),
+            ],
+            &list,
+        )
+        .unwrap_err();
+        assert!(
+            e.msg.contains("IPv6") && e.msg.contains("eth1"),
+            "{}",
+            e.msg
+        );
+        // Nothing up at all: loopback of the wanted family.
+        assert_eq!(pick(&[], &[]).unwrap(), "lo=127.0.0.1");
+        assert_eq!(
+            pick(&[("HCCL_SOCKET_FAMILY", "AF_INET6")], &[]).unwrap(),
+            "lo=::1"
+        );
     }
 }

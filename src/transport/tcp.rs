@@ -1,52 +1,96 @@
-//! Link between ranks in different processes over one TCP connection.
+//! Link between ranks in different processes over one or more TCP connections.
 //!
-//! The socket is non-blocking; sends and receives queue in posting order and advance whenever
-//! the endpoint's progress loop finds the socket ready, so both directions flow at once and no
-//! pair of ranks can deadlock on full socket buffers. Each message carries a 16-byte header
-//! (magic, length) so a mismatched send/receive pair is detected instead of corrupting data.
+//! Sends and receives queue in posting order. Every socket of the link carries its own part of
+//! each message, so the sockets stream in parallel and no socket waits for another:
+//! - a message of at least [`STRIPE_MIN`] bytes is cut into one contiguous part per socket,
+//!   part boundaries on multiples of [`ALIGN`] bytes (so never inside an element);
+//! - a smaller message travels whole on socket `seq % sockets`, `seq` being its place in the
+//!   posting order, which both ends count alike.
+//!
+//! Each part starts with a 16-byte header (magic, socket index and count, message length) so a
+//! mismatched send/receive pair is detected instead of corrupting data. Headers and payload move
+//! with vectored I/O straight between the socket and the caller's buffer; a receive that reduces
+//! goes through a small per-socket staging buffer and is reduced as it arrives.
+//!
+//! Sockets are non-blocking and advance whenever the endpoint's progress loop finds them ready,
+//! so both directions flow at once and no pair of ranks can deadlock on full socket buffers.
+//! With several sockets the link exposes one epoll descriptor, so the endpoint polls one
+//! descriptor per peer whatever the socket count.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 
-const MSG_MAGIC: u32 = 0x4843_4d31;
+/// Sockets per peer when `HCCL_SOCKET_NUM_PER_PEER` is unset (chosen by measurement on veth
+/// links; see the README's multi-host section).
+pub const DEFAULT_SOCKETS_PER_PEER: u32 = 1;
+/// Smallest message striped over all sockets of a link; smaller ones travel whole on one.
+pub const STRIPE_MIN: usize = 256 << 10;
+/// Stripe boundaries are multiples of this (a multiple of every element size).
+pub const ALIGN: usize = 64;
+
+const MSG_MAGIC: u32 = 0x4843_4d32;
 const HDR: usize = 16;
-/// Staging buffer for receive-and-reduce; a multiple of every element size.
-const STAGE: usize = 1 << 20;
+/// Staging buffer per socket for receive-and-reduce; a multiple of every element size.
+const STAGE: usize = 512 << 10;
 /// Kernel socket buffers: large enough to keep a fast link busy between progress calls.
 const SOCK_BUF: libc::c_int = 4 << 20;
 
-#[derive(Debug)]
-struct TxOp {
-    hdr: [u8; HDR],
-    ptr: usize,
-    len: usize,
-    done: usize,
+/// The part of message `seq` (`len` bytes) that socket `s` of `n` carries: (offset, length),
+/// or `None` when it carries nothing of it.
+pub fn part_of(seq: u64, len: usize, n: usize, s: usize) -> Option<(usize, usize)> {
+    if n <= 1 || len < STRIPE_MIN {
+        return (seq % n.max(1) as u64 == s as u64).then_some((0, len));
+    }
+    let share = len.div_ceil(n).next_multiple_of(ALIGN);
+    let off = (s * share).min(len);
+    let end = ((s + 1) * share).min(len);
+    (end > off).then_some((off, end - off))
 }
 
-#[derive(Debug)]
-struct RxOp {
+#[derive(Clone, Copy, Debug)]
+struct Op {
     ptr: usize,
     len: usize,
-    hdr_got: usize,
-    got: usize,
     reduce: Option<ReduceFn>,
+}
+
+/// One socket of a link and where it stands in the send and receive queues.
+#[derive(Debug)]
+struct Sock {
+    stream: TcpStream,
+    /// Message this socket sends next (absolute sequence number).
+    tx_seq: u64,
+    /// Bytes of header + part already sent for `tx_seq`.
+    tx_done: usize,
+    /// Message this socket receives next.
+    rx_seq: u64,
+    rx_hdr: [u8; HDR],
+    rx_hdr_got: usize,
+    /// Payload bytes of the current part that are in the destination (reduced, if reducing).
+    rx_got: usize,
+    stage: Vec<u8>,
+    stage_fill: usize,
+    /// Epoll interest currently registered (0: not registered).
+    interest: Cell<u32>,
 }
 
 /// One connected peer.
 #[derive(Debug)]
 pub struct TcpLink {
-    stream: TcpStream,
+    socks: Vec<Sock>,
     peer: u32,
-    tx: VecDeque<TxOp>,
-    rx: VecDeque<RxOp>,
-    rx_hdr: [u8; HDR],
-    stage: Vec<u8>,
-    stage_fill: usize,
+    addr: String,
+    tx: VecDeque<Op>,
+    tx_base: u64,
+    rx: VecDeque<Op>,
+    rx_base: u64,
+    epoll: Option<OwnedFd>,
 }
 
 /// Tunes a connected socket for bulk transfer with low latency.
@@ -67,20 +111,81 @@ pub fn tune_socket(stream: &TcpStream) {
     }
 }
 
+fn header(s: usize, n: usize, len: usize) -> [u8; HDR] {
+    let mut h = [0u8; HDR];
+    h[0..4].copy_from_slice(&MSG_MAGIC.to_le_bytes());
+    h[4..6].copy_from_slice(&(s as u16).to_le_bytes());
+    h[6..8].copy_from_slice(&(n as u16).to_le_bytes());
+    h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+    h
+}
+
 impl TcpLink {
-    /// Wraps a connected stream to `peer`, switching it to non-blocking mode.
-    pub fn new(stream: TcpStream, peer: u32) -> Result<TcpLink> {
-        tune_socket(&stream);
-        stream.set_nonblocking(true)?;
+    /// Wraps the connected streams to `peer` (socket `i` of the link is `streams[i]`, in the
+    /// same order on both ends), switching them to non-blocking mode.
+    pub fn new(streams: Vec<TcpStream>, peer: u32) -> Result<TcpLink> {
+        if streams.is_empty() || streams.len() > u16::MAX as usize {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "TCP link to peer rank {peer} with {} sockets",
+                    streams.len()
+                ),
+            ));
+        }
+        let addr = streams[0]
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let mut socks = Vec::with_capacity(streams.len());
+        for stream in streams {
+            tune_socket(&stream);
+            stream.set_nonblocking(true)?;
+            socks.push(Sock {
+                stream,
+                tx_seq: 0,
+                tx_done: 0,
+                rx_seq: 0,
+                rx_hdr: [0; HDR],
+                rx_hdr_got: 0,
+                rx_got: 0,
+                stage: Vec::new(),
+                stage_fill: 0,
+                interest: Cell::new(0),
+            });
+        }
+        let epoll = if socks.len() > 1 {
+            // SAFETY: plain syscall; the descriptor is owned below.
+            let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if fd < 0 {
+                return Err(Error::new(
+                    ErrorKind::Syscall,
+                    format!(
+                        "epoll_create1 for peer rank {peer}: {}",
+                        std::io::Error::last_os_error()
+                    ),
+                ));
+            }
+            // SAFETY: fd is a fresh descriptor we own.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        };
         Ok(TcpLink {
-            stream,
+            socks,
             peer,
+            addr,
             tx: VecDeque::new(),
+            tx_base: 0,
             rx: VecDeque::new(),
-            rx_hdr: [0; HDR],
-            stage: Vec::new(),
-            stage_fill: 0,
+            rx_base: 0,
+            epoll,
         })
+    }
+
+    /// Number of sockets of this link.
+    pub fn sockets(&self) -> usize {
+        self.socks.len()
     }
 
     /// Queues a send.
@@ -88,14 +193,10 @@ impl TcpLink {
     /// # Safety
     /// `ptr` must stay valid for reads of `len` bytes until `idle` is true.
     pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize) {
-        let mut hdr = [0u8; HDR];
-        hdr[0..4].copy_from_slice(&MSG_MAGIC.to_le_bytes());
-        hdr[8..16].copy_from_slice(&(len as u64).to_le_bytes());
-        self.tx.push_back(TxOp {
-            hdr,
+        self.tx.push_back(Op {
             ptr: ptr as usize,
             len,
-            done: 0,
+            reduce: None,
         });
     }
 
@@ -104,14 +205,9 @@ impl TcpLink {
     /// # Safety
     /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
     pub unsafe fn post_recv(&mut self, ptr: *mut u8, len: usize, reduce: Option<ReduceFn>) {
-        if reduce.is_some() && self.stage.is_empty() {
-            self.stage = vec![0u8; STAGE];
-        }
-        self.rx.push_back(RxOp {
+        self.rx.push_back(Op {
             ptr: ptr as usize,
             len,
-            hdr_got: 0,
-            got: 0,
             reduce,
         });
     }
@@ -121,181 +217,468 @@ impl TcpLink {
         self.tx.is_empty() && self.rx.is_empty()
     }
 
-    /// The poll events this link waits for.
+    fn tx_pending(&self, s: &Sock) -> bool {
+        s.tx_seq < self.tx_base + self.tx.len() as u64
+    }
+
+    fn rx_pending(&self, s: &Sock) -> bool {
+        s.rx_seq < self.rx_base + self.rx.len() as u64
+    }
+
+    /// The poll events to wait for on [`TcpLink::fd`]. With several sockets this also brings
+    /// the epoll interest of each socket up to date.
     pub fn poll_events(&self) -> i16 {
-        let mut ev = 0;
-        if !self.tx.is_empty() {
-            ev |= libc::POLLOUT;
+        let Some(ep) = &self.epoll else {
+            let s = &self.socks[0];
+            let mut ev = 0;
+            if self.tx_pending(s) {
+                ev |= libc::POLLOUT;
+            }
+            if self.rx_pending(s) {
+                ev |= libc::POLLIN;
+            }
+            return ev;
+        };
+        let mut any = false;
+        for (i, s) in self.socks.iter().enumerate() {
+            let mut want = 0u32;
+            if self.tx_pending(s) {
+                want |= libc::EPOLLOUT as u32;
+            }
+            if self.rx_pending(s) {
+                want |= libc::EPOLLIN as u32;
+            }
+            any |= want != 0;
+            let had = s.interest.get();
+            if want == had {
+                continue;
+            }
+            // An idle socket is removed rather than registered with no events: epoll would
+            // still report its hang-up and make the endpoint spin while other sockets wait.
+            let op = match (had, want) {
+                (0, _) => libc::EPOLL_CTL_ADD,
+                (_, 0) => libc::EPOLL_CTL_DEL,
+                _ => libc::EPOLL_CTL_MOD,
+            };
+            let mut ev = libc::epoll_event {
+                events: want,
+                u64: i as u64,
+            };
+            // SAFETY: valid epoll and socket descriptors, valid event struct.
+            let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, s.stream.as_raw_fd(), &mut ev) };
+            if r == 0 {
+                s.interest.set(want);
+            } else {
+                log::warn!(
+                    "epoll_ctl for peer rank {} socket {i}: {}",
+                    self.peer,
+                    std::io::Error::last_os_error()
+                );
+            }
         }
-        if !self.rx.is_empty() {
-            ev |= libc::POLLIN;
+        if any {
+            libc::POLLIN
+        } else {
+            0
         }
-        ev
     }
 
-    /// The socket descriptor, for polling.
+    /// Whether the peer has closed or reset any socket of this link (checked without waiting).
+    pub fn hung_up(&self) -> bool {
+        let mut fds: Vec<libc::pollfd> = self
+            .socks
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.stream.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: polls valid descriptors without blocking.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        r > 0
+            && fds
+                .iter()
+                .any(|f| f.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+    }
+
+    /// The descriptor to poll: the socket, or the link's epoll descriptor when it has several.
     pub fn fd(&self) -> i32 {
-        self.stream.as_raw_fd()
+        match &self.epoll {
+            Some(ep) => ep.as_raw_fd(),
+            None => self.socks[0].stream.as_raw_fd(),
+        }
     }
 
-    /// Drops pending operations and shuts the socket down so the peer notices at once.
+    /// Drops pending operations and shuts the sockets down so the peer notices at once.
     pub fn abort(&mut self) {
         self.tx.clear();
         self.rx.clear();
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        for s in &mut self.socks {
+            let _ = s.stream.shutdown(std::net::Shutdown::Both);
+            s.tx_done = 0;
+            s.rx_hdr_got = 0;
+            s.rx_got = 0;
+            s.stage_fill = 0;
+        }
+        // Sequence numbers stay consistent with the (now empty) queues.
+        let end_tx = self.socks.iter().map(|s| s.tx_seq).max().unwrap_or(0);
+        let end_rx = self.socks.iter().map(|s| s.rx_seq).max().unwrap_or(0);
+        for s in &mut self.socks {
+            s.tx_seq = end_tx;
+            s.rx_seq = end_rx;
+        }
+        self.tx_base = end_tx;
+        self.rx_base = end_rx;
     }
 
-    fn io_err(&self, what: &str, e: std::io::Error) -> Error {
-        let kind = match e.kind() {
-            std::io::ErrorKind::UnexpectedEof
-            | std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::BrokenPipe
-            | std::io::ErrorKind::ConnectionAborted => ErrorKind::TcpTransfer,
-            _ => ErrorKind::TcpTransfer,
-        };
-        Error::new(kind, format!("{what} peer rank {}: {e}", self.peer))
+    fn where_(&self, s: usize) -> String {
+        if self.socks.len() == 1 {
+            format!("peer rank {} ({})", self.peer, self.addr)
+        } else {
+            format!(
+                "peer rank {} ({}, socket {}/{})",
+                self.peer,
+                self.addr,
+                s,
+                self.socks.len()
+            )
+        }
     }
 
-    /// Moves as many bytes as the socket takes or gives without blocking.
+    fn io_err(&self, what: &str, s: usize, e: std::io::Error) -> Error {
+        Error::new(
+            ErrorKind::TcpTransfer,
+            format!("{what} {}: {e}", self.where_(s)),
+        )
+    }
+
+    fn closed(&self, s: usize) -> Error {
+        Error::new(
+            ErrorKind::TcpTransfer,
+            format!("{} closed the connection", self.where_(s)),
+        )
+    }
+
+    /// Moves as many bytes as the sockets take or give without blocking.
     /// Returns whether any progress was made.
     pub fn progress(&mut self) -> Result<bool> {
         let mut any = false;
-        while let Some(op) = self.tx.front_mut() {
-            let total = HDR + op.len;
-            let n = if op.done < HDR {
-                let bufs = [
-                    std::io::IoSlice::new(&op.hdr[op.done..]),
-                    // SAFETY: post_send's contract keeps the buffer valid.
-                    std::io::IoSlice::new(unsafe {
-                        std::slice::from_raw_parts(op.ptr as *const u8, op.len)
-                    }),
-                ];
-                self.stream.write_vectored(&bufs)
-            } else {
-                let off = op.done - HDR;
-                // SAFETY: as above.
-                let rest = unsafe {
-                    std::slice::from_raw_parts((op.ptr as *const u8).add(off), op.len - off)
-                };
-                self.stream.write(rest)
-            };
-            match n {
-                Ok(0) => return Err(self.io_err("send to", std::io::ErrorKind::WriteZero.into())),
-                Ok(k) => {
-                    any = true;
-                    op.done += k;
-                    if op.done == total {
-                        self.tx.pop_front();
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.io_err("send to", e)),
-            }
+        for s in 0..self.socks.len() {
+            any |= self.send_on(s)?;
+            any |= self.recv_on(s)?;
         }
-        while !self.rx.is_empty() {
-            match self.recv_some() {
-                Ok(true) => any = true,
-                Ok(false) => break,
-                Err(e) => return Err(e),
-            }
+        let done_tx = self.socks.iter().map(|s| s.tx_seq).min().unwrap_or(0);
+        while self.tx_base < done_tx {
+            self.tx.pop_front();
+            self.tx_base += 1;
+        }
+        let done_rx = self.socks.iter().map(|s| s.rx_seq).min().unwrap_or(0);
+        while self.rx_base < done_rx {
+            self.rx.pop_front();
+            self.rx_base += 1;
         }
         Ok(any)
     }
 
-    /// One read for the head receive; Ok(false) when the socket has nothing now.
-    fn recv_some(&mut self) -> Result<bool> {
-        let peer = self.peer;
-        let op = self.rx.front_mut().expect("caller checked");
-        if op.hdr_got < HDR {
-            match self.stream.read(&mut self.rx_hdr[op.hdr_got..]) {
-                Ok(0) => {
-                    return Err(Error::new(
-                        ErrorKind::TcpTransfer,
-                        format!("peer rank {peer} closed the connection"),
-                    ))
+    fn send_on(&mut self, s: usize) -> Result<bool> {
+        let n = self.socks.len();
+        let mut any = false;
+        loop {
+            let sock = &mut self.socks[s];
+            let idx = (sock.tx_seq - self.tx_base) as usize;
+            let Some(op) = self.tx.get(idx).copied() else {
+                return Ok(any);
+            };
+            let Some((off, len)) = part_of(sock.tx_seq, op.len, n, s) else {
+                sock.tx_seq += 1;
+                continue;
+            };
+            let hdr = header(s, n, op.len);
+            let done = sock.tx_done;
+            // SAFETY: post_send's contract keeps the buffer valid.
+            let data = unsafe { std::slice::from_raw_parts((op.ptr as *const u8).add(off), len) };
+            let r = if done < HDR {
+                sock.stream
+                    .write_vectored(&[IoSlice::new(&hdr[done..]), IoSlice::new(data)])
+            } else {
+                sock.stream.write(&data[done - HDR..])
+            };
+            match r {
+                Ok(0) if HDR + len > done => {
+                    return Err(self.io_err("send to", s, std::io::ErrorKind::WriteZero.into()))
                 }
                 Ok(k) => {
-                    op.hdr_got += k;
-                    if op.hdr_got == HDR {
-                        let magic = u32::from_le_bytes(self.rx_hdr[0..4].try_into().unwrap());
-                        let len = u64::from_le_bytes(self.rx_hdr[8..16].try_into().unwrap());
-                        if magic != MSG_MAGIC {
-                            return Err(Error::new(
-                                ErrorKind::TcpTransfer,
-                                format!("corrupt message header from peer rank {peer}"),
-                            ));
-                        }
-                        if len != op.len as u64 {
-                            return Err(Error::new(
-                                ErrorKind::Para,
-                                format!(
-                                    "message size mismatch: peer rank {peer} sent {len} bytes, \
-                                     this rank expected {}",
-                                    op.len
-                                ),
-                            ));
-                        }
+                    any = true;
+                    sock.tx_done += k;
+                    if sock.tx_done == HDR + len {
+                        sock.tx_done = 0;
+                        sock.tx_seq += 1;
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(true),
-                Err(e) => return Err(self.io_err("receive from", e)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_err("send to", s, e)),
             }
         }
-        let op = self.rx.front_mut().expect("caller checked");
-        if op.hdr_got == HDR && op.got == op.len {
-            self.rx.pop_front();
-            return Ok(true);
+    }
+
+    fn check_header(&self, s: usize, want_len: usize) -> Result<()> {
+        let h = &self.socks[s].rx_hdr;
+        let magic = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+        let idx = u16::from_le_bytes(h[4..6].try_into().expect("2 bytes")) as usize;
+        let cnt = u16::from_le_bytes(h[6..8].try_into().expect("2 bytes")) as usize;
+        let len = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        if magic != MSG_MAGIC || idx != s || cnt != self.socks.len() {
+            return Err(Error::new(
+                ErrorKind::TcpTransfer,
+                format!("corrupt message header from {}", self.where_(s)),
+            ));
         }
-        if op.hdr_got < HDR {
-            return Ok(true);
+        if len != want_len as u64 {
+            return Err(Error::new(
+                ErrorKind::Para,
+                format!(
+                    "message size mismatch: peer rank {} sent {len} bytes, this rank expected \
+                     {want_len}",
+                    self.peer
+                ),
+            ));
         }
-        let res = match &op.reduce {
-            None => {
-                // SAFETY: post_recv's contract keeps the destination valid.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut((op.ptr as *mut u8).add(op.got), op.len - op.got)
-                };
-                self.stream.read(dst)
+        Ok(())
+    }
+
+    fn recv_on(&mut self, s: usize) -> Result<bool> {
+        let n = self.socks.len();
+        let mut any = false;
+        loop {
+            let sock = &mut self.socks[s];
+            let idx = (sock.rx_seq - self.rx_base) as usize;
+            let Some(op) = self.rx.get(idx).copied() else {
+                return Ok(any);
+            };
+            let Some((off, len)) = part_of(sock.rx_seq, op.len, n, s) else {
+                sock.rx_seq += 1;
+                continue;
+            };
+            if sock.rx_hdr_got == HDR && sock.rx_got == len {
+                sock.rx_hdr_got = 0;
+                sock.rx_got = 0;
+                sock.rx_seq += 1;
+                any = true;
+                continue;
             }
-            Some(_) => {
-                let want = (op.len - op.got - self.stage_fill).min(STAGE - self.stage_fill);
-                self.stream
-                    .read(&mut self.stage[self.stage_fill..self.stage_fill + want])
+            // Destination of the next payload bytes: the caller's buffer, or the free part of
+            // the staging buffer when reducing.
+            let dst: &mut [u8] = match op.reduce {
+                None => unsafe {
+                    // SAFETY: post_recv's contract keeps the destination valid; the range lies
+                    // inside it.
+                    std::slice::from_raw_parts_mut(
+                        (op.ptr as *mut u8).add(off + sock.rx_got),
+                        len - sock.rx_got,
+                    )
+                },
+                Some(_) => {
+                    if sock.stage.is_empty() {
+                        sock.stage = vec![0u8; STAGE];
+                    }
+                    let want = (len - sock.rx_got - sock.stage_fill).min(STAGE - sock.stage_fill);
+                    &mut sock.stage[sock.stage_fill..sock.stage_fill + want]
+                }
+            };
+            let hdr_got = sock.rx_hdr_got;
+            let asked = HDR - hdr_got + dst.len();
+            let r = if hdr_got < HDR {
+                sock.stream.read_vectored(&mut [
+                    IoSliceMut::new(&mut sock.rx_hdr[hdr_got..]),
+                    IoSliceMut::new(dst),
+                ])
+            } else {
+                sock.stream.read(dst)
+            };
+            let k = match r {
+                Ok(0) if asked > 0 => return Err(self.closed(s)),
+                Ok(k) => k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io_err("receive from", s, e)),
+            };
+            any = true;
+            let h = k.min(HDR - hdr_got);
+            sock.rx_hdr_got += h;
+            let payload = k - h;
+            if h > 0 && sock.rx_hdr_got == HDR {
+                self.check_header(s, op.len)?;
+            }
+            let sock = &mut self.socks[s];
+            match &op.reduce {
+                None => sock.rx_got += payload,
+                Some(r) => {
+                    sock.stage_fill += payload;
+                    let whole = sock.stage_fill / r.elem_size * r.elem_size;
+                    if whole > 0 {
+                        // SAFETY: destination valid per contract; the stage holds `whole`
+                        // bytes; parts start on element boundaries (ALIGN).
+                        unsafe {
+                            r.apply(
+                                (op.ptr as *mut u8).add(off + sock.rx_got),
+                                sock.stage.as_ptr(),
+                                whole,
+                            )
+                        };
+                        sock.rx_got += whole;
+                        sock.stage.copy_within(whole..sock.stage_fill, 0);
+                        sock.stage_fill -= whole;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn parts_cover_each_message_once() {
+        for n in 1..=16usize {
+            for len in [
+                0,
+                1,
+                64,
+                STRIPE_MIN - 1,
+                STRIPE_MIN,
+                STRIPE_MIN + 7,
+                64 << 20,
+            ] {
+                for seq in 0..3u64 {
+                    let mut covered = 0;
+                    let mut next = 0;
+                    for s in 0..n {
+                        if let Some((off, l)) = part_of(seq, len, n, s) {
+                            assert_eq!(off, next, "n {n} len {len} seq {seq} s {s}");
+                            assert!(off % ALIGN == 0);
+                            next = off + l;
+                            covered += 1;
+                        }
+                    }
+                    assert_eq!(next, len);
+                    if len < STRIPE_MIN || n == 1 {
+                        assert_eq!(covered, 1);
+                    } else {
+                        assert_eq!(covered, n);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pair(n: usize) -> (TcpLink, TcpLink) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for _ in 0..n {
+            a.push(TcpStream::connect(addr).unwrap());
+            b.push(l.accept().unwrap().0);
+        }
+        (TcpLink::new(a, 1).unwrap(), TcpLink::new(b, 0).unwrap())
+    }
+
+    fn drive(a: &mut TcpLink, b: &mut TcpLink) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        while !(a.idle() && b.idle()) {
+            a.progress()?;
+            b.progress()?;
+            assert!(t0.elapsed().as_secs() < 30, "link did not drain");
+        }
+        Ok(())
+    }
+
+    unsafe fn add_u32(
+        _: crate::base::dtype::DataType,
+        _: crate::base::dtype::ReduceOp,
+        d: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        n: usize,
+    ) {
+        for i in 0..n {
+            let x = (a as *const u32).add(i).read_unaligned();
+            let y = (b as *const u32).add(i).read_unaligned();
+            (d as *mut u32).add(i).write_unaligned(x.wrapping_add(y));
+        }
+    }
+
+    #[test]
+    fn striped_messages_arrive_in_order_and_reduce() {
+        for n in [1, 3, 4] {
+            let (mut a, mut b) = pair(n);
+            let sizes = [0usize, 5, 4096, STRIPE_MIN + 4 * 333, 3 << 20];
+            let srcs: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &l)| (0..l).map(|i| (i * 7 + k) as u8).collect())
+                .collect();
+            let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&l| vec![0xee; l]).collect();
+            for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
+                unsafe {
+                    a.post_send(s.as_ptr(), s.len());
+                    b.post_recv(d.as_mut_ptr(), d.len(), None);
+                }
+            }
+            // A reducing receive of u32 words.
+            let words = (STRIPE_MIN + 4 * 1001) / 4;
+            let src: Vec<u32> = (0..words as u32).collect();
+            let mut acc: Vec<u32> = (0..words as u32).map(|i| i * 3).collect();
+            let red = ReduceFn {
+                kernel: add_u32,
+                dtype: crate::base::dtype::DataType::Int32,
+                op: crate::base::dtype::ReduceOp::Sum,
+                elem_size: 4,
+            };
+            unsafe {
+                a.post_send(src.as_ptr().cast(), words * 4);
+                b.post_recv(acc.as_mut_ptr().cast(), words * 4, Some(red));
+            }
+            drive(&mut a, &mut b).unwrap();
+            assert_eq!(srcs, dsts, "{n} sockets");
+            assert!(acc.iter().enumerate().all(|(i, &v)| v == 4 * i as u32));
+        }
+    }
+
+    #[test]
+    fn size_mismatch_is_reported() {
+        let (mut a, mut b) = pair(2);
+        let s = [1u8; 100];
+        let mut d = vec![0u8; 99];
+        unsafe {
+            a.post_send(s.as_ptr(), s.len());
+            b.post_recv(d.as_mut_ptr(), d.len(), None);
+        }
+        let e = drive(&mut a, &mut b).unwrap_err();
+        assert!(e.msg.contains("sent 100 bytes"), "{}", e.msg);
+    }
+
+    #[test]
+    fn closed_peer_is_named() {
+        let (mut a, b) = pair(2);
+        drop(b);
+        let mut d = vec![0u8; 10];
+        unsafe { a.post_recv(d.as_mut_ptr(), 10, None) };
+        let t0 = std::time::Instant::now();
+        let e = loop {
+            match a.progress() {
+                Err(e) => break e,
+                Ok(_) => assert!(t0.elapsed().as_secs() < 10, "no error"),
             }
         };
-        match res {
-            Ok(0) => Err(Error::new(
-                ErrorKind::TcpTransfer,
-                format!("peer rank {peer} closed the connection"),
-            )),
-            Ok(k) => {
-                if let Some(r) = &op.reduce {
-                    let es = r.elem_size;
-                    self.stage_fill += k;
-                    let whole = self.stage_fill / es * es;
-                    // `got` counts bytes already reduced into the destination.
-                    if whole > 0 {
-                        // SAFETY: destination valid per contract; stage holds `whole` bytes.
-                        unsafe {
-                            r.apply((op.ptr as *mut u8).add(op.got), self.stage.as_ptr(), whole)
-                        };
-                        op.got += whole;
-                        self.stage.copy_within(whole..self.stage_fill, 0);
-                        self.stage_fill -= whole;
-                    }
-                } else {
-                    op.got += k;
-                }
-                if op.got == op.len {
-                    self.rx.pop_front();
-                }
-                Ok(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(true),
-            Err(e) => Err(self.io_err("receive from", e)),
-        }
+        assert!(e.msg.contains("peer rank 1"), "{}", e.msg);
+        assert!(a.hung_up());
+        let (c, _d) = pair(3);
+        assert!(!c.hung_up());
     }
 }

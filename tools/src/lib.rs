@@ -8,6 +8,8 @@
 //! - [`check`]: input patterns and independently computed expected results;
 //! - [`report`]: the table, progress line, CSV and JSON.
 //!
+//! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`).
+//!
 //! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
 //! 2 on a usage error.
 
@@ -15,9 +17,12 @@
 
 pub mod check;
 pub mod cli;
+pub mod diag;
 pub mod dtype;
 pub mod launch;
+pub mod launcher;
 pub mod ops;
+pub mod plot;
 pub mod report;
 
 use std::ffi::CStr;

@@ -1,0 +1,272 @@
+//! The α-β cost model: a message of b bytes over a link costs α + b/β, a reduction of b bytes
+//! costs b/γ. Each algorithm's time is predicted in closed form from the rank count, the host
+//! layout and the message size, with level0 links (within a host) and level1 links (across
+//! hosts) priced separately. The selector takes the cheapest; the simulator prints the table.
+
+use super::{Algo, Coll, Ctx, Topo};
+
+/// Cost of one link level.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkCost {
+    /// Per-message latency, seconds.
+    pub alpha: f64,
+    /// Bandwidth, bytes per second (per rank, per direction).
+    pub beta: f64,
+}
+
+impl LinkCost {
+    /// Time of one message of `bytes`.
+    pub fn msg(&self, bytes: f64) -> f64 {
+        self.alpha + bytes / self.beta
+    }
+}
+
+/// Link kinds with default costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Threads of one process (the receiver copies from the sender's buffer).
+    Memory,
+    /// Processes of one host over a socket or shared memory.
+    HostIpc,
+    /// Hosts over the network.
+    Network,
+}
+
+impl LinkKind {
+    /// Default cost, measured on a 2-core x86 VM (loopback TCP for `HostIpc`) and a
+    /// conservative 10 GbE-class figure for `Network`.
+    pub fn default_cost(self) -> LinkCost {
+        match self {
+            LinkKind::Memory => LinkCost {
+                alpha: 4e-6,
+                beta: 4e9,
+            },
+            LinkKind::HostIpc => LinkCost {
+                alpha: 40e-6,
+                beta: 1.2e9,
+            },
+            LinkKind::Network => LinkCost {
+                alpha: 50e-6,
+                beta: 1.2e9,
+            },
+        }
+    }
+}
+
+/// The model: one link cost per level plus the local reduction rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Within a host.
+    pub level0: LinkCost,
+    /// Across hosts.
+    pub level1: LinkCost,
+    /// Reduction throughput, bytes per second.
+    pub gamma: f64,
+}
+
+impl CostModel {
+    /// Defaults for a communicator: level0 is memory when every rank is a thread of one
+    /// process, host IPC otherwise; level1 is the network.
+    pub fn for_ctx(ctx: &Ctx) -> CostModel {
+        let l0 = if ctx.network {
+            LinkKind::HostIpc
+        } else {
+            LinkKind::Memory
+        };
+        CostModel {
+            level0: l0.default_cost(),
+            level1: LinkKind::Network.default_cost(),
+            gamma: 3e9,
+        }
+    }
+}
+
+/// The shape of a topology that the formulas need.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Ranks.
+    pub n: f64,
+    /// Hosts.
+    pub hosts: f64,
+    /// Most ranks on one host.
+    pub per_host: f64,
+}
+
+impl Shape {
+    /// From a topology.
+    pub fn of(t: &Topo) -> Shape {
+        Shape {
+            n: t.n() as f64,
+            hosts: t.hosts().len() as f64,
+            per_host: t.max_per_host() as f64,
+        }
+    }
+}
+
+fn log2c(x: f64) -> f64 {
+    if x <= 1.0 {
+        0.0
+    } else {
+        x.log2().ceil()
+    }
+}
+
+/// Predicted seconds for `algo` on `coll` (`bytes`: AllReduce/Reduce/Broadcast message;
+/// AllGather/ReduceScatter total output/input of all ranks; AlltoAll bytes sent per rank).
+/// `None` when the algorithm has no schedule of its own for the operation.
+pub fn predict(
+    algo: Algo,
+    coll: &Coll,
+    bytes: f64,
+    sh: Shape,
+    m: &CostModel,
+    memory: bool,
+) -> Option<f64> {
+    if !algo.supports(coll) {
+        return None;
+    }
+    let n = sh.n;
+    if n <= 1.0 {
+        return Some(0.0);
+    }
+    // Flat algorithms run at the pace of their slowest link.
+    let flat = if sh.hosts > 1.0 { m.level1 } else { m.level0 };
+    let g = |b: f64| b / m.gamma;
+    let p = 2f64.powf(n.log2().floor());
+    let folded = p < n;
+    let t = match (algo, coll) {
+        (Algo::Direct, Coll::AllReduce { .. }) => {
+            if memory && bytes > 4096.0 {
+                2.0 * flat.msg((n - 1.0) * bytes / n) + g((n - 1.0) * bytes / n)
+            } else {
+                flat.alpha + (n - 1.0) * bytes / flat.beta + g((n - 1.0) * bytes)
+            }
+        }
+        (Algo::Ring, Coll::AllReduce { .. }) => {
+            2.0 * (n - 1.0) * flat.msg(bytes / n) + g((n - 1.0) * bytes / n)
+        }
+        (Algo::Rhd, Coll::AllReduce { .. }) => {
+            // Distances below the ranks per host stay on level0 (hosts hold consecutive ranks).
+            let mut t = 0.0;
+            let mut d = p / 2.0;
+            let mut part = bytes / 2.0;
+            while d >= 1.0 {
+                let l = if d < sh.per_host { m.level0 } else { flat };
+                t += 2.0 * l.msg(part) + g(part);
+                part /= 2.0;
+                d /= 2.0;
+            }
+            if folded {
+                t += 2.0 * flat.msg(bytes) + g(bytes);
+            }
+            t
+        }
+        (Algo::Tree, Coll::AllReduce { .. }) => {
+            let k = (bytes / 2.0 / super::tree::CHUNK_BYTES as f64)
+                .ceil()
+                .clamp(1.0, super::tree::MAX_CHUNKS as f64);
+            let c = bytes / 2.0 / k;
+            (k + 2.0 * log2c(n + 1.0)) * flat.msg(3.0 * c) + g(bytes)
+        }
+        (Algo::Hier, Coll::AllReduce { .. }) => {
+            let mm = sh.per_host;
+            let shard = bytes / mm;
+            let l0 = if mm > 1.0 {
+                2.0 * m.level0.msg((mm - 1.0) * shard) + g((mm - 1.0) * shard)
+            } else {
+                0.0
+            };
+            let h = sh.hosts;
+            let l1 = if h > 1.0 {
+                2.0 * (h - 1.0) * m.level1.msg(shard / h) + g((h - 1.0) * shard / h)
+            } else {
+                0.0
+            };
+            l0 + l1
+        }
+        (Algo::Direct, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
+            flat.alpha + (n - 1.0) * bytes / n / flat.beta
+        }
+        (Algo::Ring, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
+            (n - 1.0) * flat.msg(bytes / n)
+        }
+        (Algo::Rhd, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
+            let mut t = log2c(p) * flat.alpha + (p - 1.0) / p * bytes / flat.beta;
+            if folded {
+                t += flat.msg(bytes / n) + flat.msg(bytes);
+            }
+            t
+        }
+        (Algo::Bruck, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
+            log2c(n) * flat.alpha + (n - 1.0) / n * bytes / flat.beta
+        }
+        (Algo::Hier, Coll::AllGather { .. }) => {
+            let h = sh.hosts;
+            let mm = sh.per_host;
+            let l1 = if h > 1.0 {
+                (h - 1.0) * m.level1.msg(bytes / n)
+            } else {
+                0.0
+            };
+            let l0 = if mm > 1.0 {
+                m.level0.alpha + (mm - 1.0) * h * bytes / n / m.level0.beta
+            } else {
+                0.0
+            };
+            l1 + l0
+        }
+        (Algo::Direct, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
+            flat.alpha + (n - 1.0) * bytes / n / flat.beta + g((n - 1.0) * bytes / n)
+        }
+        (Algo::Ring, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
+            (n - 1.0) * flat.msg(bytes / n) + g((n - 1.0) * bytes / n)
+        }
+        (Algo::Rhd, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
+            let mut t = log2c(p) * flat.alpha + (p - 1.0) / p * bytes / flat.beta + g(bytes);
+            if folded {
+                t += flat.msg(bytes) + flat.msg(bytes / n) + g(bytes);
+            }
+            t
+        }
+        (Algo::Direct, Coll::Broadcast { .. }) => flat.alpha + (n - 1.0) * bytes / flat.beta,
+        (Algo::Ring | Algo::Chain, Coll::Broadcast { .. }) => {
+            let k = (bytes / super::chain::CHUNK_BYTES as f64).ceil().max(1.0);
+            (k + n - 2.0) * flat.msg(bytes / k)
+        }
+        (Algo::Direct, Coll::Reduce { .. }) => {
+            2.0 * flat.alpha + 2.0 * (n - 1.0) * bytes / n / flat.beta + g((n - 1.0) * bytes / n)
+        }
+        (Algo::Ring, Coll::Reduce { .. }) => {
+            (n - 1.0) * flat.msg(bytes / n)
+                + flat.msg((n - 1.0) * bytes / n)
+                + g((n - 1.0) * bytes / n)
+        }
+        (Algo::Direct, Coll::Scatter { .. }) => flat.alpha + bytes / flat.beta,
+        (Algo::Direct, Coll::AlltoAllV { .. }) => flat.alpha + bytes / flat.beta,
+        (Algo::Pairwise, Coll::AlltoAllV { .. }) => (n - 1.0) * flat.alpha + bytes / flat.beta,
+        (Algo::Direct, Coll::P2p { .. } | Coll::Barrier) => log2c(n) * flat.alpha,
+        _ => return None,
+    };
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_beats_folded_rhd_only_when_bandwidth_bound() {
+        let m = CostModel {
+            level0: LinkKind::Network.default_cost(),
+            level1: LinkKind::Network.default_cost(),
+            gamma: 3e9,
+        };
+        // 48 ranks: RHD folds 16 of them, paying two extra full-size transfers.
+        let sh = Shape::of(&Topo::flat(48));
+        let c = Coll::AllReduce { count: 1 };
+        let at = |a, b| predict(a, &c, b, sh, &m, false).unwrap();
+        assert!(at(Algo::Rhd, 1024.0) < at(Algo::Ring, 1024.0));
+        assert!(at(Algo::Ring, 256e6) < at(Algo::Rhd, 256e6));
+        assert!(predict(Algo::Bruck, &c, 1.0, sh, &m, false).is_none());
+    }
+}

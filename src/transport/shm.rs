@@ -1,0 +1,1080 @@
+//! Shared-memory link between ranks that are different processes on one host (our level0 link,
+//! the role HCCS plays between NPUs of one server).
+//!
+//! # Segments
+//! Every rank of a communicator that has same-host peers in other processes creates one
+//! anonymous `memfd` segment holding its *outbound* channels, one per such peer. Nothing is ever
+//! named in `/dev/shm` or any file system, so nothing can be left behind, even when a rank is
+//! killed: the kernel frees the memory with the last mapping. Peers are introduced over the TCP
+//! connection that `connect()` opens to every other-process peer anyway (no extra rendezvous):
+//! each side sends its pid and the segment's descriptor number, the other side opens
+//! `/proc/<pid>/fd/<n>` and maps it, then both confirm; the creator closes its descriptor once
+//! every peer has answered. The TCP connection stays open, idle, as a liveness signal: when a
+//! peer process dies the kernel closes it, and a waiting rank notices within one sleep tick.
+//! If either side cannot attach, the pair keeps using that connection as a normal TCP link.
+//!
+//! # Channels
+//! A channel is a ring of `nslots` slots, each a 64-byte header (a sequence word, chunk length,
+//! flags, message length, sender address) and `slot_bytes` of data. The sender publishes slot
+//! `k` by storing `k + 1` into its sequence word (release); the receiver consumes it and
+//! advances the channel's `consumed` counter, which frees the slot. Flags are the only
+//! synchronisation: no locks anywhere.
+//!
+//! A message is sent either *staged* (copied through slots in chunks, so sender and receiver
+//! copy concurrently) or, when large and the kernel allows it, *single-copy*: one slot carries
+//! the sender's buffer address and the receiver copies straight out of the sender's memory with
+//! `process_vm_readv` (see [`super::cma`]); the send completes when the receiver has consumed
+//! that slot. Reductions read either from the slot or from a small cache-resident chunk fetched
+//! from the sender, so the reduced data makes one pass through memory.
+//!
+//! # Memory
+//! A rank's segment holds its outbound rings, `min(1 MiB, HCCL_BUFFSIZE / peers)` each, so at
+//! most `HCCL_BUFFSIZE` in all, plus a 4 KiB header; its endpoint adds one 256 KiB chunk for
+//! single-copy reductions. Nothing is allocated per operation: queues keep their capacity.
+//!
+//! # Waiting
+//! Each segment's header carries a doorbell: a 32-bit futex word bumped by every peer that
+//! publishes or frees something for its owner, and a sleeper count. A waiting rank spins briefly
+//! on the word, then yields, then sleeps on the futex with a bounded timeout; peers call
+//! `FUTEX_WAKE` only when the owner sleeps. When the host has more ranks than cores the spin
+//! phase is short and yields dominate, so ranks that have work get the CPU. A rank whose wait
+//! ends with nothing to do checks its peers: a raised failure flag or a closed liveness
+//! connection fails the operation at once instead of at `HCCL_EXEC_TIMEOUT`.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{cma, ReduceFn};
+use crate::base::error::{Error, ErrorKind, Result};
+
+const MAGIC: u64 = 0x314d_4853_4c43_4348;
+const HEADER_BYTES: usize = 4096;
+const CTL_BYTES: usize = 64;
+const SLOT_HDR: usize = 64;
+/// Slots per channel.
+pub const NSLOTS: usize = 8;
+/// Largest ring per channel: enough to keep staged copies pipelined and cache-resident.
+pub const MAX_RING_BYTES: usize = 1 << 20;
+const MIN_SLOT_BYTES: usize = 4096;
+/// Messages at least this large go single-copy when permitted.
+pub const SINGLE_COPY_MIN: usize = 64 << 10;
+/// Bytes a single-copy receive moves per progress call, so other links keep moving meanwhile.
+const CMA_STEP: usize = 1 << 20;
+/// Chunk fetched from the sender before reducing it: small enough to stay in L2.
+pub const REDUCE_CHUNK: usize = 256 << 10;
+/// Longest single futex sleep: bounds how late a dead peer is noticed.
+pub const SLEEP_TICK: Duration = Duration::from_millis(50);
+
+const FLAG_FIRST: u32 = 1;
+const FLAG_CMA: u32 = 2;
+/// The chunk sits in the header's last 32 bytes: a small message costs one cache line.
+const FLAG_INLINE: u32 = 4;
+const INLINE_OFF: usize = 32;
+const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
+
+const OFF_FAILED: usize = 64;
+const OFF_BELL: usize = 128;
+const OFF_SLEEPERS: usize = 132;
+
+const HELLO_LEN: usize = 64;
+const HELLO_MAGIC: u64 = 0x4f4c_4c45_484d_4853;
+
+/// A shared mapping, unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every concurrent access to it goes through
+// atomics or through slots whose ownership the atomics hand over.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map(fd: i32, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: maps `len` bytes of a descriptor we hold; checked for failure below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off + 4 <= self.len && off.is_multiple_of(4));
+        // SAFETY: in bounds and aligned (the mapping is page-aligned).
+        unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off + 8 <= self.len && off.is_multiple_of(8));
+        // SAFETY: in bounds and aligned.
+        unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
+    }
+
+    fn failed(&self) -> bool {
+        self.u32_at(OFF_FAILED).load(Ordering::SeqCst) != 0
+    }
+
+    fn bell(&self) -> &AtomicU32 {
+        self.u32_at(OFF_BELL)
+    }
+
+    /// Wakes the segment's owner: bump the doorbell, and enter the kernel only if it sleeps.
+    fn ring(&self) {
+        self.bell().fetch_add(1, Ordering::SeqCst);
+        if self.u32_at(OFF_SLEEPERS).load(Ordering::SeqCst) != 0 {
+            futex_wake(self.bell());
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a shared futex wait on a valid word; returns on change, wake, signal or timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0,
+        )
+    };
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: a shared futex wake on a valid word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0,
+        )
+    };
+}
+
+/// Geometry of one rank's channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    nchan: usize,
+    slot_bytes: usize,
+}
+
+impl Geometry {
+    /// Rings share the communicator's staging budget (`HCCL_BUFFSIZE`) among the peers.
+    fn new(nchan: usize, budget: usize) -> Geometry {
+        let ring = (budget / nchan.max(1)).min(MAX_RING_BYTES);
+        let slot_bytes = (ring / NSLOTS / 64 * 64).max(MIN_SLOT_BYTES);
+        Geometry { nchan, slot_bytes }
+    }
+
+    fn chan_bytes(&self) -> usize {
+        CTL_BYTES + NSLOTS * (SLOT_HDR + self.slot_bytes)
+    }
+
+    fn chan_off(&self, i: usize) -> usize {
+        HEADER_BYTES + i * self.chan_bytes()
+    }
+
+    fn total(&self) -> usize {
+        self.chan_off(self.nchan).div_ceil(4096) * 4096
+    }
+}
+
+/// One rank's own segment: its outbound channels and its doorbell.
+#[derive(Debug)]
+pub struct Segment {
+    map: Mapping,
+    geo: Geometry,
+    spin: u32,
+    yields: u32,
+}
+
+impl Segment {
+    /// Creates a segment with `nchan` outbound channels sized from `budget` bytes; `crowded`
+    /// when the host has more ranks than cores (waits then yield rather than spin).
+    fn create(nchan: usize, budget: usize, crowded: bool) -> Result<(Arc<Segment>, OwnedFd)> {
+        let geo = Geometry::new(nchan, budget);
+        // SAFETY: plain syscall with a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"hccl-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::new(
+                ErrorKind::Syscall,
+                format!("memfd_create: {}", std::io::Error::last_os_error()),
+            ));
+        }
+        // SAFETY: fd is fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = geo.total();
+        // SAFETY: resizes our memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(Error::new(
+                ErrorKind::Memory,
+                format!(
+                    "sizing the {len}-byte shared segment: {}",
+                    std::io::Error::last_os_error()
+                ),
+            ));
+        }
+        let map = Mapping::map(fd.as_raw_fd(), len).map_err(|e| {
+            Error::new(
+                ErrorKind::Memory,
+                format!("mapping the {len}-byte shared segment: {e}"),
+            )
+        })?;
+        map.u64_at(0).store(MAGIC, Ordering::Relaxed);
+        map.u64_at(8)
+            .store(std::process::id() as u64, Ordering::Release);
+        let (spin, yields) = if crowded { (64, 2000) } else { (4000, 100) };
+        Ok((
+            Arc::new(Segment {
+                map,
+                geo,
+                spin,
+                yields,
+            }),
+            fd,
+        ))
+    }
+
+    /// Current doorbell value; compare before scanning work and pass to [`Segment::wait`].
+    pub fn bell_seq(&self) -> u32 {
+        self.map.bell().load(Ordering::SeqCst)
+    }
+
+    /// Waits until the doorbell differs from `seen` or `max` passes: spin, yield, then futex.
+    /// Returns whether the doorbell moved.
+    pub fn wait(&self, seen: u32, max: Duration) -> bool {
+        let bell = self.map.bell();
+        for _ in 0..self.spin {
+            if bell.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        for _ in 0..self.yields {
+            if bell.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        let sleepers = self.map.u32_at(OFF_SLEEPERS);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        // Publishing the sleeper before re-reading the bell pairs with `ring`'s bump-then-check:
+        // one of the two always sees the other, so no wake-up is lost.
+        if bell.load(Ordering::SeqCst) == seen {
+            futex_wait(bell, seen, max.min(SLEEP_TICK));
+        }
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+        bell.load(Ordering::Acquire) != seen
+    }
+
+    /// Marks this rank failed (peers stop waiting for it) and wakes it.
+    pub fn mark_failed(&self) {
+        self.map.u32_at(OFF_FAILED).store(1, Ordering::SeqCst);
+        self.map.ring();
+    }
+
+    /// Bytes of shared memory this segment holds.
+    pub fn bytes(&self) -> usize {
+        self.map.len
+    }
+}
+
+/// One direction's ring, inside some segment's mapping.
+#[derive(Clone, Copy, Debug)]
+struct Channel {
+    base: *mut u8,
+    slot_bytes: usize,
+}
+
+// SAFETY: see Mapping; the channel never outlives the mapping its link keeps alive.
+unsafe impl Send for Channel {}
+
+impl Channel {
+    fn consumed(&self) -> &AtomicU64 {
+        // SAFETY: the control word is the first 8 bytes of the channel, 64-byte aligned.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+
+    /// Set by a sender that found the ring full: the receiver then rings it after consuming.
+    /// Otherwise freeing a staged slot wakes nobody (the sender does not wait for it).
+    fn want_space(&self) -> &AtomicU32 {
+        // SAFETY: bytes 8..12 of the channel's control line.
+        unsafe { &*(self.base.add(8) as *const AtomicU32) }
+    }
+
+    fn slot(&self, k: u64) -> *mut u8 {
+        let i = (k % NSLOTS as u64) as usize;
+        // SAFETY: i < NSLOTS, inside the channel.
+        unsafe { self.base.add(CTL_BYTES + i * (SLOT_HDR + self.slot_bytes)) }
+    }
+
+    fn seq(&self, k: u64) -> &AtomicU64 {
+        // SAFETY: the sequence word is the first 8 bytes of the slot header.
+        unsafe { &*(self.slot(k) as *const AtomicU64) }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SlotHdr {
+    len: u32,
+    flags: u32,
+    total: u64,
+    addr: u64,
+}
+
+unsafe fn write_hdr(slot: *mut u8, h: SlotHdr) {
+    std::ptr::write(slot.add(8) as *mut u32, h.len);
+    std::ptr::write(slot.add(12) as *mut u32, h.flags);
+    std::ptr::write(slot.add(16) as *mut u64, h.total);
+    std::ptr::write(slot.add(24) as *mut u64, h.addr);
+}
+
+unsafe fn read_hdr(slot: *const u8) -> SlotHdr {
+    SlotHdr {
+        len: std::ptr::read_volatile(slot.add(8) as *const u32),
+        flags: std::ptr::read_volatile(slot.add(12) as *const u32),
+        total: std::ptr::read_volatile(slot.add(16) as *const u64),
+        addr: std::ptr::read_volatile(slot.add(24) as *const u64),
+    }
+}
+
+#[derive(Debug)]
+struct TxOp {
+    ptr: usize,
+    len: usize,
+    off: usize,
+    cma: bool,
+    published: bool,
+    last_slot: u64,
+}
+
+#[derive(Debug)]
+struct RxOp {
+    ptr: usize,
+    len: usize,
+    got: usize,
+    reduce: Option<ReduceFn>,
+    order: Option<u64>,
+    started: bool,
+}
+
+/// The link to one same-host peer process.
+#[derive(Debug)]
+pub struct ShmLink {
+    me: u32,
+    peer: u32,
+    pid: i32,
+    own: Arc<Segment>,
+    out: Channel,
+    peer_map: Mapping,
+    inp: Channel,
+    single_copy: bool,
+    stream: TcpStream,
+    tx: VecDeque<TxOp>,
+    rx: VecDeque<RxOp>,
+    wr: u64,
+    consumed_seen: u64,
+    rd: u64,
+}
+
+impl ShmLink {
+    /// This rank's own segment (its doorbell).
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.own
+    }
+
+    /// Whether messages to this peer may go single-copy.
+    pub fn single_copy(&self) -> bool {
+        self.single_copy
+    }
+
+    /// Queues a send.
+    ///
+    /// # Safety
+    /// `ptr` must stay valid and unmodified for `len` bytes until `idle` is true.
+    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize) {
+        self.tx.push_back(TxOp {
+            ptr: ptr as usize,
+            len,
+            off: 0,
+            cma: self.single_copy && len >= SINGLE_COPY_MIN,
+            published: false,
+            last_slot: 0,
+        });
+    }
+
+    /// Queues a receive; `order` ranks reducing receives across links (they run in order).
+    ///
+    /// # Safety
+    /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
+    pub unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        order: Option<u64>,
+    ) {
+        self.rx.push_back(RxOp {
+            ptr: ptr as usize,
+            len,
+            got: 0,
+            reduce,
+            order,
+            started: false,
+        });
+    }
+
+    /// Whether nothing is queued.
+    pub fn idle(&self) -> bool {
+        self.tx.is_empty() && self.rx.is_empty()
+    }
+
+    /// Moves whatever can move now. `reduce_next` is the order number of the reducing receive
+    /// allowed to run (advanced here when one completes); `stage` is the endpoint's scratch for
+    /// single-copy reductions, shared by all its links (grown once to [`REDUCE_CHUNK`]).
+    /// Returns whether anything moved.
+    pub fn progress(&mut self, reduce_next: &mut u64, stage: &mut Vec<u8>) -> Result<bool> {
+        let mut any = self.progress_tx();
+        any |= self.progress_rx(reduce_next, stage)?;
+        Ok(any)
+    }
+
+    fn progress_tx(&mut self) -> bool {
+        let mut any = false;
+        let mut published = false;
+        for i in 0..self.tx.len() {
+            if self.tx[i].published {
+                continue;
+            }
+            loop {
+                if self.wr - self.consumed_seen >= NSLOTS as u64 {
+                    self.consumed_seen = self.out.consumed().load(Ordering::Acquire);
+                    if self.wr - self.consumed_seen >= NSLOTS as u64 {
+                        // Ask for a ring, then look again: the receiver stores `consumed`
+                        // before reading the flag, so one of the two sees the other.
+                        self.out.want_space().store(1, Ordering::SeqCst);
+                        self.consumed_seen = self.out.consumed().load(Ordering::SeqCst);
+                        if self.wr - self.consumed_seen >= NSLOTS as u64 {
+                            break;
+                        }
+                    }
+                }
+                let op = &mut self.tx[i];
+                let slot = self.out.slot(self.wr);
+                let n = if op.cma {
+                    0
+                } else {
+                    (op.len - op.off).min(self.out.slot_bytes)
+                };
+                let mut flags = if op.off == 0 { FLAG_FIRST } else { 0 };
+                if op.cma {
+                    flags |= FLAG_CMA;
+                } else if n <= INLINE_MAX {
+                    flags |= FLAG_INLINE;
+                }
+                let data_off = if flags & FLAG_INLINE != 0 {
+                    INLINE_OFF
+                } else {
+                    SLOT_HDR
+                };
+                // SAFETY: the slot is ours until we publish it (wr - consumed < NSLOTS); the
+                // source is valid per post_send.
+                unsafe {
+                    write_hdr(
+                        slot,
+                        SlotHdr {
+                            len: n as u32,
+                            flags,
+                            total: op.len as u64,
+                            addr: op.ptr as u64,
+                        },
+                    );
+                    if n > 0 {
+                        std::ptr::copy_nonoverlapping(
+                            (op.ptr as *const u8).add(op.off),
+                            slot.add(data_off),
+                            n,
+                        );
+                    }
+                }
+                self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
+                op.last_slot = self.wr;
+                self.wr += 1;
+                op.off = if op.cma { op.len } else { op.off + n };
+                published = true;
+                if op.off == op.len {
+                    op.published = true;
+                    break;
+                }
+            }
+            if !self.tx[i].published {
+                // Later sends must not overtake this one in the ring.
+                break;
+            }
+        }
+        if published {
+            self.peer_map.ring();
+            any = true;
+        }
+        let consumed = self.out.consumed().load(Ordering::Acquire);
+        self.consumed_seen = consumed;
+        let before = self.tx.len();
+        self.tx
+            .retain(|op| !(op.published && (!op.cma || consumed > op.last_slot)));
+        any | (self.tx.len() != before)
+    }
+
+    fn progress_rx(&mut self, reduce_next: &mut u64, stage: &mut Vec<u8>) -> Result<bool> {
+        let mut any = false;
+        while let Some(op) = self.rx.front_mut() {
+            if let Some(k) = op.order {
+                if k != *reduce_next {
+                    break;
+                }
+            }
+            let seq = self.inp.seq(self.rd).load(Ordering::Acquire);
+            if seq != self.rd + 1 {
+                break;
+            }
+            let slot = self.inp.slot(self.rd);
+            // SAFETY: the slot was published (acquire above) and stays ours until we advance
+            // `consumed`.
+            let h = unsafe { read_hdr(slot) };
+            if !op.started {
+                if h.flags & FLAG_FIRST == 0 || h.total != op.len as u64 {
+                    return Err(Error::new(
+                        ErrorKind::Para,
+                        format!(
+                            "message size mismatch: peer rank {} sent {} bytes, rank {} \
+                             expected {}",
+                            self.peer,
+                            if h.flags & FLAG_FIRST == 0 {
+                                "a continuation of".to_string()
+                            } else {
+                                h.total.to_string()
+                            },
+                            self.me,
+                            op.len
+                        ),
+                    ));
+                }
+                op.started = true;
+            }
+            if h.flags & FLAG_CMA != 0 {
+                let step = (op.len - op.got).min(CMA_STEP);
+                let (peer, pid) = (self.peer, self.pid);
+                let read = |remote: usize, local: *mut u8, n: usize| -> Result<()> {
+                    // SAFETY: local is valid per post_recv (or the stage buffer).
+                    unsafe { cma::read_from(pid, remote, local, n) }.map_err(|e| {
+                        Error::new(
+                            ErrorKind::Remote,
+                            format!("single-copy read from peer rank {peer} (pid {pid}): {e}"),
+                        )
+                    })
+                };
+                let remote = h.addr as usize + op.got;
+                // SAFETY: got + step <= len, inside the receive buffer.
+                let dst = unsafe { (op.ptr as *mut u8).add(op.got) };
+                match op.reduce {
+                    None => read(remote, dst, step)?,
+                    Some(r) => {
+                        if stage.len() < REDUCE_CHUNK {
+                            stage.resize(REDUCE_CHUNK, 0);
+                        }
+                        let mut done = 0;
+                        while done < step {
+                            let c = (step - done).min(REDUCE_CHUNK);
+                            read(remote + done, stage.as_mut_ptr(), c)?;
+                            // SAFETY: dst + done .. + c lies in the receive buffer.
+                            unsafe { r.apply(dst.add(done), stage.as_ptr(), c) };
+                            done += c;
+                        }
+                    }
+                }
+                op.got += step;
+                if op.got < op.len {
+                    // Yield to the other links; the loop comes back at once.
+                    return Ok(true);
+                }
+                // A sender that gave up may have handed its buffer back to its caller: only
+                // data read before it raised its flag counts.
+                if self.peer_map.failed() {
+                    return Err(peer_failed(self.peer, self.pid));
+                }
+            } else {
+                let n = h.len as usize;
+                let cap = if h.flags & FLAG_INLINE != 0 {
+                    INLINE_MAX
+                } else {
+                    self.inp.slot_bytes
+                };
+                if n > op.len - op.got || n > cap {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        format!(
+                            "peer rank {} sent a {n}-byte chunk past the end of a {}-byte message",
+                            self.peer, op.len
+                        ),
+                    ));
+                }
+                if n > 0 {
+                    let data_off = if h.flags & FLAG_INLINE != 0 {
+                        INLINE_OFF
+                    } else {
+                        SLOT_HDR
+                    };
+                    // SAFETY: slot data holds n bytes; destination valid per post_recv.
+                    unsafe {
+                        let src = slot.add(data_off) as *const u8;
+                        let dst = (op.ptr as *mut u8).add(op.got);
+                        match op.reduce {
+                            None => std::ptr::copy_nonoverlapping(src, dst, n),
+                            Some(r) => r.apply(dst, src, n),
+                        }
+                    }
+                }
+                op.got += n;
+            }
+            self.inp.consumed().store(self.rd + 1, Ordering::SeqCst);
+            self.rd += 1;
+            // The sender waits for a single-copy slot (its buffer is in use until then) and for
+            // space when it asked; otherwise nobody needs the wake-up.
+            let want = self.inp.want_space();
+            if h.flags & FLAG_CMA != 0
+                || (want.load(Ordering::SeqCst) != 0 && want.swap(0, Ordering::SeqCst) != 0)
+            {
+                self.peer_map.ring();
+            }
+            any = true;
+            if op.got == op.len {
+                if op.order.is_some() {
+                    *reduce_next += 1;
+                }
+                self.rx.pop_front();
+            }
+        }
+        Ok(any)
+    }
+
+    /// Fails when the peer has aborted or its process is gone (its liveness connection closed).
+    pub fn check_peer(&self) -> Result<()> {
+        if self.peer_map.failed() {
+            return Err(peer_failed(self.peer, self.pid));
+        }
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r > 0 && p.revents != 0 {
+            return Err(Error::new(
+                ErrorKind::Remote,
+                format!(
+                    "peer rank {} (pid {}) is gone: its connection closed while this rank \
+                     waited for it",
+                    self.peer, self.pid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Drops queued work and closes the liveness connection so the peer notices at once.
+    pub fn abort(&mut self) {
+        self.tx.clear();
+        self.rx.clear();
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.peer_map.ring();
+    }
+}
+
+fn peer_failed(peer: u32, pid: i32) -> Error {
+    Error::new(
+        ErrorKind::Remote,
+        format!("peer rank {peer} (pid {pid}) aborted the communicator"),
+    )
+}
+
+/// What a same-host peer ended up as after the introduction.
+#[derive(Debug)]
+pub enum Attached {
+    /// Shared memory.
+    Shm(Box<ShmLink>),
+    /// The introduction failed on one side: keep the connection as a TCP link.
+    Tcp(TcpStream),
+}
+
+/// Settings for introducing same-host peers.
+#[derive(Clone, Copy, Debug)]
+pub struct ShmOptions {
+    /// Staging budget for this rank's outbound rings (`HCCL_BUFFSIZE`).
+    pub budget: usize,
+    /// Whether large messages may be read straight from the sender (`HCCL_SHM_SINGLE_COPY`).
+    pub single_copy: bool,
+    /// Whether the host runs more ranks than it has cores.
+    pub crowded: bool,
+}
+
+fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::TcpTransfer,
+        format!("shared-memory introduction with peer rank {peer}: {what}: {e}"),
+    )
+}
+
+fn set_deadline(s: &TcpStream, dl: Instant) -> std::io::Result<()> {
+    let left = dl
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(left))?;
+    s.set_write_timeout(Some(left))
+}
+
+struct Hello {
+    pid: u32,
+    fd: i32,
+    seg_len: u64,
+    chan_off: u64,
+    slot_bytes: u64,
+    probe: u64,
+}
+
+impl Hello {
+    fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.fd.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seg_len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.chan_off.to_le_bytes());
+        b[32..40].copy_from_slice(&self.slot_bytes.to_le_bytes());
+        b[40..48].copy_from_slice(&self.probe.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; HELLO_LEN]) -> Option<Hello> {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        if u64_at(0) != HELLO_MAGIC {
+            return None;
+        }
+        Some(Hello {
+            pid: u32_at(8),
+            fd: u32_at(12) as i32,
+            seg_len: u64_at(16),
+            chan_off: u64_at(24),
+            slot_bytes: u64_at(32),
+            probe: u64_at(40),
+        })
+    }
+}
+
+/// Maps a peer's segment through `/proc/<pid>/fd/<fd>` and checks it is what the hello says.
+fn attach(h: &Hello) -> std::io::Result<Mapping> {
+    let path = format!("/proc/{}/fd/{}", h.pid, h.fd);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let len = h.seg_len as usize;
+    if f.metadata()?.len() != h.seg_len || len < HEADER_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{path} is not the announced {len}-byte segment"
+        )));
+    }
+    let m = Mapping::map(f.as_raw_fd(), len)?;
+    let chan_end = h.chan_off as usize + CTL_BYTES + NSLOTS * (SLOT_HDR + h.slot_bytes as usize);
+    if m.u64_at(0).load(Ordering::Acquire) != MAGIC
+        || m.u64_at(8).load(Ordering::Acquire) != h.pid as u64
+        || chan_end > len
+        || !(h.slot_bytes as usize).is_multiple_of(64)
+    {
+        return Err(std::io::Error::other(format!(
+            "{path} does not hold the peer's segment"
+        )));
+    }
+    Ok(m)
+}
+
+/// Introduces rank `me` to its same-host peers over their connected streams and returns, per
+/// peer, a shared-memory link or (when either side could not attach) the stream back.
+/// Three phases (all hellos out, all attachments answered, all answers read) so no ordering of
+/// peers can deadlock; every read is bounded by `deadline`.
+pub fn introduce(
+    me: u32,
+    peers: Vec<(u32, TcpStream)>,
+    opts: ShmOptions,
+    deadline: Instant,
+) -> Result<Vec<(u32, Attached)>> {
+    if peers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (seg, fd) = Segment::create(peers.len(), opts.budget, opts.crowded)?;
+    let geo = seg.geo;
+    let pid = std::process::id();
+    for (i, (p, s)) in peers.iter().enumerate() {
+        set_deadline(s, deadline).map_err(|e| io_ctx(*p, "socket set-up", e))?;
+        let hello = Hello {
+            pid,
+            fd: fd.as_raw_fd(),
+            seg_len: geo.total() as u64,
+            chan_off: geo.chan_off(i) as u64,
+            slot_bytes: geo.slot_bytes as u64,
+            probe: seg.map.ptr as u64,
+        };
+        (&*s)
+            .write_all(&hello.encode())
+            .map_err(|e| io_ctx(*p, "sending the segment", e))?;
+    }
+    let mut maps: Vec<Option<(Hello, Mapping, bool)>> = Vec::with_capacity(peers.len());
+    for (p, s) in &peers {
+        let mut b = [0u8; HELLO_LEN];
+        (&*s)
+            .read_exact(&mut b)
+            .map_err(|e| io_ctx(*p, "receiving the peer's segment", e))?;
+        let hello = Hello::decode(&b).ok_or_else(|| {
+            Error::new(
+                ErrorKind::TcpTransfer,
+                format!("shared-memory introduction with peer rank {p}: malformed hello"),
+            )
+        })?;
+        let got = match attach(&hello) {
+            Ok(m) => {
+                let cma =
+                    opts.single_copy && cma::probe(hello.pid as i32, hello.probe as usize, MAGIC);
+                Some((hello, m, cma))
+            }
+            Err(e) => {
+                log::warn!(
+                    "rank {me}: cannot map the shared segment of peer rank {p} (pid {}): {e}; \
+                     using TCP to it",
+                    hello.pid
+                );
+                None
+            }
+        };
+        let answer = [got.is_some() as u8, got.as_ref().is_some_and(|g| g.2) as u8];
+        (&*s)
+            .write_all(&answer)
+            .map_err(|e| io_ctx(*p, "answering", e))?;
+        maps.push(got);
+    }
+    let mut out = Vec::with_capacity(peers.len());
+    for (i, ((p, s), got)) in peers.into_iter().zip(maps).enumerate() {
+        let mut answer = [0u8; 2];
+        (&s).read_exact(&mut answer)
+            .map_err(|e| io_ctx(p, "receiving the peer's answer", e))?;
+        match got {
+            Some((hello, peer_map, _)) if answer[0] == 1 => {
+                s.set_nonblocking(true)
+                    .map_err(|e| io_ctx(p, "socket set-up", e))?;
+                // SAFETY: offsets checked against the mappings' lengths in `attach`/`Geometry`.
+                let out_chan = Channel {
+                    base: unsafe { seg.map.ptr.add(geo.chan_off(i)) },
+                    slot_bytes: geo.slot_bytes,
+                };
+                let inp = Channel {
+                    // SAFETY: as above.
+                    base: unsafe { peer_map.ptr.add(hello.chan_off as usize) },
+                    slot_bytes: hello.slot_bytes as usize,
+                };
+                out.push((
+                    p,
+                    Attached::Shm(Box::new(ShmLink {
+                        me,
+                        peer: p,
+                        pid: hello.pid as i32,
+                        own: seg.clone(),
+                        out: out_chan,
+                        peer_map,
+                        inp,
+                        single_copy: answer[1] == 1,
+                        stream: s,
+                        tx: VecDeque::new(),
+                        rx: VecDeque::new(),
+                        wr: 0,
+                        consumed_seen: 0,
+                        rd: 0,
+                    })),
+                ));
+            }
+            _ => out.push((p, Attached::Tcp(s))),
+        }
+    }
+    // Every peer has answered, so every mapping that will exist exists: the descriptor can go,
+    // and the memory now lives exactly as long as the mappings.
+    drop(fd);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::dtype::{DataType, ReduceOp};
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn links(budget: usize, single_copy: bool) -> (Box<ShmLink>, Box<ShmLink>) {
+        let (a, b) = pair();
+        let opts = ShmOptions {
+            budget,
+            single_copy,
+            crowded: false,
+        };
+        let dl = Instant::now() + Duration::from_secs(20);
+        let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());
+        let mut la = introduce(0, vec![(1, a)], opts, dl).unwrap();
+        let mut lb = t.join().unwrap();
+        match (la.pop().unwrap().1, lb.pop().unwrap().1) {
+            (Attached::Shm(x), Attached::Shm(y)) => (x, y),
+            _ => panic!("same-host introduction fell back to TCP"),
+        }
+    }
+
+    /// Drives both ends until idle (single thread: both links live in this process).
+    fn drive(a: &mut ShmLink, b: &mut ShmLink) -> Result<()> {
+        let (mut ra, mut rb) = (0u64, 0u64);
+        let mut stage = Vec::new();
+        for _ in 0..1_000_000 {
+            a.progress(&mut ra, &mut stage)?;
+            b.progress(&mut rb, &mut stage)?;
+            if a.idle() && b.idle() {
+                return Ok(());
+            }
+        }
+        panic!("links did not go idle");
+    }
+
+    fn sum_f32() -> ReduceFn {
+        crate::exec::executor::reduce_fn(DataType::Fp32, ReduceOp::Sum)
+    }
+
+    #[test]
+    fn staged_and_single_copy_messages_arrive_in_order() {
+        for single_copy in [false, true] {
+            let (mut a, mut b) = links(64 << 10, single_copy);
+            assert_eq!(a.single_copy(), single_copy);
+            let sizes = [0usize, 1, 4095, 70_000, 300_000];
+            let srcs: Vec<Vec<u8>> = sizes
+                .iter()
+                .map(|&n| (0..n).map(|i| (i * 31 + n) as u8).collect())
+                .collect();
+            let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+            for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
+                unsafe {
+                    a.post_send(s.as_ptr(), s.len());
+                    b.post_recv(d.as_mut_ptr(), d.len(), None, None);
+                }
+            }
+            drive(&mut a, &mut b).unwrap();
+            assert_eq!(srcs, dsts, "single_copy={single_copy}");
+        }
+    }
+
+    #[test]
+    fn reducing_receive_sums_both_paths() {
+        for single_copy in [false, true] {
+            let (mut a, mut b) = links(1 << 20, single_copy);
+            let n = 200_000usize;
+            let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let mut dst: Vec<f32> = vec![1.0; n];
+            unsafe {
+                a.post_send(src.as_ptr().cast(), n * 4);
+                b.post_recv(dst.as_mut_ptr().cast(), n * 4, Some(sum_f32()), Some(0));
+            }
+            drive(&mut a, &mut b).unwrap();
+            assert!(dst.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
+        }
+    }
+
+    #[test]
+    fn size_mismatch_and_abort_are_reported() {
+        let (mut a, mut b) = links(64 << 10, true);
+        let src = [0u8; 10];
+        let mut dst = [0u8; 12];
+        unsafe {
+            a.post_send(src.as_ptr(), 10);
+            b.post_recv(dst.as_mut_ptr(), 12, None, None);
+        }
+        let e = drive(&mut a, &mut b).unwrap_err();
+        assert!(e.msg.contains("size mismatch"), "{}", e.msg);
+        assert!(b.check_peer().is_ok());
+        a.segment().mark_failed();
+        a.abort();
+        let e = b.check_peer().unwrap_err();
+        assert!(e.msg.contains("peer rank 0"), "{}", e.msg);
+    }
+
+    #[test]
+    fn doorbell_wait_returns_on_ring_and_times_out_otherwise() {
+        let (a, b) = links(64 << 10, false);
+        let seg = b.segment().clone();
+        let seen = seg.bell_seq();
+        let t0 = Instant::now();
+        assert!(!seg.wait(seen, Duration::from_millis(20)));
+        assert!(t0.elapsed() >= Duration::from_millis(15));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            a.peer_map.ring();
+            a
+        });
+        let t0 = Instant::now();
+        while !seg.wait(seen, Duration::from_secs(5)) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "wake-up lost");
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn geometry_respects_the_budget() {
+        let g = Geometry::new(7, 1 << 20);
+        assert!(7 * NSLOTS * g.slot_bytes <= 1 << 20);
+        assert_eq!(g.slot_bytes % 64, 0);
+        let g = Geometry::new(1, 200 << 20);
+        assert_eq!(NSLOTS * g.slot_bytes, MAX_RING_BYTES);
+    }
+}

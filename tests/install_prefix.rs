@@ -1,0 +1,240 @@
+//! Installs the CANN-shaped prefix with `scripts/install.sh` (this test run's cargo profile,
+//! same target directory) and uses it as a user would: `source PREFIX/set_env.sh`, then build
+//! and run the programs of `ctests/` with the documented commands — thread per device, process
+//! per device under `mpirun`, `dlopen` + `dlsym` of every API name, and `LD_PRELOAD` over a
+//! program linked against a decoy libhccl.so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`, the directory above this test executable's `deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// The installed prefix (installed once per test process).
+fn prefix() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = profile_dir();
+        let profile = dir.file_name().and_then(|s| s.to_str()).expect("profile");
+        // A fixed name: each run replaces the previous prefix instead of accumulating copies.
+        let prefix = dir.join("install-test");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let out = Command::new("bash")
+            .arg(root().join("scripts/install.sh"))
+            .args(["--profile", profile])
+            .arg(&prefix)
+            .env("CARGO_TARGET_DIR", dir.parent().expect("target dir"))
+            .output()
+            .expect("run scripts/install.sh");
+        assert!(
+            out.status.success(),
+            "install.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        prefix
+    })
+}
+
+/// A scratch directory for one test's build products.
+fn work(name: &str) -> PathBuf {
+    let d = prefix().with_extension(format!("work-{name}"));
+    std::fs::create_dir_all(&d).expect("create work dir");
+    d
+}
+
+/// Runs `script` in bash after `source PREFIX/set_env.sh`, in `dir`; returns stdout+stderr and
+/// whether it succeeded.
+fn shell(dir: &Path, script: &str) -> (bool, String) {
+    let full = format!(
+        "set -e\nsource '{}/set_env.sh'\nexport CT='{}'\n{script}",
+        prefix().display(),
+        root().join("ctests").display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &full])
+        .current_dir(dir)
+        // A broken build must fail quickly rather than wait out the default timeouts.
+        .env("HCCL_CONNECT_TIMEOUT", "30")
+        .env("HCCL_EXEC_TIMEOUT", "60")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run bash");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn shell_ok(dir: &Path, script: &str) -> String {
+    let (ok, text) = shell(dir, script);
+    assert!(ok, "script failed:\n{script}\n--- output ---\n{text}");
+    text
+}
+
+/// The hardening flags of the documented build command.
+const CXXFLAGS: &str = "-std=c++14 -Werror -fPIE -pie -O2 -Wl,-z,relro -Wl,-z,now \
+                        -Wl,--copy-dt-needed-entries";
+const LINK: &str = "-I$ASCEND_HOME_PATH/include -L$ASCEND_HOME_PATH/lib64 -lhccl -lascendcl";
+
+#[test]
+fn prefix_is_laid_out_like_cann_and_set_env_exports_it() {
+    let p = prefix();
+    for f in [
+        "include/hccl/hccl.h",
+        "include/hccl/hccl_types.h",
+        "include/hccl/hccl_comm.h",
+        "include/acl/acl.h",
+        "include/acl/acl_rt.h",
+        "include/acl/acl_base.h",
+        "lib64/libhccl.so",
+        "lib64/libhccl.a",
+        "lib64/libascendcl.so",
+        "lib64/libascendcl.a",
+        "bin/all_reduce_test",
+        "bin/hccl_bench",
+        "set_env.sh",
+    ] {
+        assert!(p.join(f).is_file(), "{f} missing from {}", p.display());
+    }
+    let out = shell_ok(
+        &work("env"),
+        "echo \"home=$ASCEND_HOME_PATH\"\necho \"ld=$LD_LIBRARY_PATH\"\n\
+         command -v all_reduce_test\nreadelf -d \"$ASCEND_HOME_PATH/lib64/libhccl.so\"",
+    );
+    let pd = p.display().to_string();
+    assert!(out.contains(&format!("home={pd}\n")), "{out}");
+    assert!(out.contains(&format!("ld={pd}/lib64")), "{out}");
+    assert!(out.contains(&format!("{pd}/bin/all_reduce_test")), "{out}");
+    // libhccl finds the runtime at run time: no link-time dependency on it.
+    assert!(out.contains("(NEEDED)"), "readelf output: {out}");
+    assert!(
+        !out.contains("libascendcl"),
+        "libhccl.so needs libascendcl.so:\n{out}"
+    );
+}
+
+#[test]
+fn thread_per_device_cann_program_builds_with_documented_command() {
+    let dir = work("threads");
+    let out = shell_ok(
+        &dir,
+        &format!(
+            "g++ {CXXFLAGS} \"$CT/cann_threads.cc\" {LINK} -o cann_threads -pthread\n\
+             ./cann_threads 4"
+        ),
+    );
+    assert!(out.contains("cann_threads: ok (4 devices)"), "{out}");
+}
+
+#[test]
+fn process_per_device_cann_program_runs_under_mpirun() {
+    let dir = work("mpi");
+    let out = shell_ok(
+        &dir,
+        &format!(
+            "mpicxx {CXXFLAGS} \"$CT/cann_mpi.cc\" {LINK} -o cann_mpi\n\
+             timeout 120 mpirun -n 4 --oversubscribe --allow-run-as-root ./cann_mpi"
+        ),
+    );
+    assert!(out.contains("cann_mpi: ok (4 processes)"), "{out}");
+}
+
+/// Every function the installed HCCL headers declare (not the inline helpers).
+fn declared_api_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for h in ["hccl.h", "hccl_comm.h", "hccl_types.h"] {
+        let text = std::fs::read_to_string(prefix().join("include/hccl").join(h)).expect("header");
+        for line in text.lines() {
+            let t = line.trim_start();
+            if line.starts_with(' ') || t.starts_with('*') || t.starts_with("static") {
+                continue;
+            }
+            if t.starts_with("typedef") || t.starts_with('#') || !t.contains(");") {
+                continue;
+            }
+            let Some(open) = t.find('(') else { continue };
+            let name = t[..open]
+                .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("");
+            if name.starts_with("Hccl") {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn dlopen_and_dlsym_reach_every_api_name() {
+    let names = declared_api_names();
+    assert!(
+        names.len() >= 50,
+        "only {} names parsed: {names:?}",
+        names.len()
+    );
+    let dir = work("dlopen");
+    let out = shell_ok(
+        &dir,
+        &format!(
+            "cc -std=c99 -Wall -Wextra -Werror -O2 \"$CT/dlopen_all.c\" \
+             -I$ASCEND_HOME_PATH/include -ldl -pthread -o dlopen_all\n\
+             ./dlopen_all {}",
+            names.join(" ")
+        ),
+    );
+    assert!(
+        out.contains(&format!("dlopen_all: ok ({} symbols)", names.len())),
+        "{out}"
+    );
+    // The check can fail: a name the library does not export is reported.
+    let (ok, text) = shell(&dir, "./dlopen_all HcclAllReduce HcclNoSuchFunction");
+    assert!(!ok && text.contains("HcclNoSuchFunction"), "{text}");
+}
+
+#[test]
+fn ld_preload_takes_over_from_a_decoy_libhccl() {
+    let dir = work("preload");
+    let build = "mkdir -p decoy\n\
+         cc -shared -fPIC -O2 \"$CT/decoy_hccl.c\" -o decoy/libhccl.so\n\
+         cc -std=c99 -Wall -Wextra -Werror -O2 \"$CT/preload_decoy.c\" \
+         -I$ASCEND_HOME_PATH/include -Ldecoy -Wl,-rpath,\"$PWD/decoy\" -lhccl -pthread \
+         -o preload_decoy";
+    shell_ok(&dir, build);
+    // Without the preload the program reaches the decoy, which fails loudly.
+    let (ok, text) = shell(&dir, "unset LD_LIBRARY_PATH\n./preload_decoy");
+    assert!(!ok && text.contains("DECOY libhccl.so called"), "{text}");
+    let out = shell_ok(
+        &dir,
+        "unset LD_LIBRARY_PATH\nLD_PRELOAD=\"$ASCEND_HOME_PATH/lib64/libhccl.so\" ./preload_decoy",
+    );
+    assert!(out.contains("preload_decoy: ok"), "{out}");
+    assert!(!out.contains("DECOY"), "{out}");
+}
+
+#[test]
+fn overlap_program_builds_and_runs_on_a_small_message() {
+    let dir = work("overlap");
+    let out = shell_ok(
+        &dir,
+        &format!("g++ {CXXFLAGS} \"$CT/overlap.cc\" {LINK} -o overlap -pthread\n./overlap 2 1"),
+    );
+    assert!(out.contains("overlap: 2 ranks, 1 MiB"), "{out}");
+}

@@ -1,0 +1,645 @@
+//! Ranks on several "hosts": network namespaces made by `scripts/netns.sh`, joined by veth
+//! links and a bridge, addresses in 198.18.0.0/15. Each host runs one process (this test binary
+//! re-executed with `ip netns exec`), holding one or more ranks as threads; ranks of different
+//! hosts talk only over those addresses.
+//!
+//! The tests need root and iproute2 (CI has both via scripts/setup.sh). Without them each test
+//! prints why it is skipped; with them any failure to build the test bed fails the test.
+
+mod common;
+
+use common::cases::*;
+use common::*;
+use hccl::ffi::coll_api::*;
+use hccl::ffi::comm_api::*;
+use hccl::ffi::types::*;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const ROLE: &str = "HCCL_MH_ROLE";
+const RANKS: &str = "HCCL_MH_RANKS";
+const NRANKS: &str = "HCCL_MH_N";
+const ROOT: &str = "HCCL_MH_ROOT";
+const TABLE: &str = "HCCL_MH_TABLE";
+const CHILD_LIMIT: Duration = Duration::from_secs(40);
+/// Exec timeout of the fault tests, seconds.
+const FAULT_TIMEOUT_S: u64 = 3;
+
+// ------------------------------------------------------------------------------------------
+// The test bed.
+
+/// A set of namespaces, removed again on drop (also when the test panics).
+struct Bed {
+    prefix: String,
+    ns: Vec<String>,
+    ip: Vec<String>,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/netns.sh")
+}
+
+/// Creates a bed of `k` hosts, or returns `None` (after saying why) when this machine cannot
+/// make network namespaces at all.
+fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: multi-host tests need root for network namespaces");
+        return None;
+    }
+    let probe = Command::new("ip").args(["netns", "list"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: `ip netns` is unavailable (install iproute2)");
+        return None;
+    }
+    let out = Command::new(script())
+        .arg("up")
+        .arg(k.to_string())
+        .args(["--owner", &std::process::id().to_string()])
+        .args(extra)
+        .output()
+        .expect("run scripts/netns.sh");
+    assert!(
+        out.status.success(),
+        "netns.sh up failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("netns.sh printed no {key}:\n{text}"))
+            .to_string()
+    };
+    Some(Bed {
+        prefix: get("NETNS_PREFIX"),
+        ns: (0..k).map(|i| get(&format!("NS_{i}"))).collect(),
+        ip: (0..k).map(|i| get(&format!("IP_{i}"))).collect(),
+    })
+}
+
+impl Bed {
+    /// Starts this test binary in host `h` as the rank process of `test` with `env`.
+    fn spawn(&self, h: usize, test: &str, env: &[(String, String)]) -> Spawned {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns[h]])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_VAR, "1")
+            .env(ROLE, "ranks")
+            .env("HCCL_CONNECT_TIMEOUT", "20")
+            .env("HCCL_EXEC_TIMEOUT", "30");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        spawn_piped(c)
+    }
+
+    /// Runs a shell command inside host `h`.
+    fn sh(&self, h: usize, cmd: &str) {
+        let st = Command::new("ip")
+            .args(["netns", "exec", &self.ns[h], "sh", "-c", cmd])
+            .status()
+            .expect("ip netns exec");
+        assert!(st.success(), "`{cmd}` in host {h} failed");
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["down", &self.prefix]).status();
+    }
+}
+
+fn kv(k: &str, v: impl ToString) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+fn ranks_list(r: std::ops::Range<u32>) -> String {
+    r.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// Waits for the line starting with `prefix` from a child, within `limit`.
+fn wait_line(s: &Spawned, prefix: &str, limit: Duration, seen: &mut Vec<String>) -> String {
+    let dl = Instant::now() + limit;
+    loop {
+        let left = dl.saturating_duration_since(Instant::now());
+        match s.lines.recv_timeout(left) {
+            Ok(l) => {
+                seen.push(l.clone());
+                // The first line printed shares its line with libtest's "test name ... ".
+                if let Some(i) = l.find(prefix) {
+                    return l[i + prefix.len()..].trim().to_string();
+                }
+            }
+            Err(_) => panic!("no `{prefix}` line within {limit:?}; output so far:\n{seen:#?}"),
+        }
+    }
+}
+
+fn finish_ok(kids: Vec<(Spawned, Vec<String>)>, what: &str) -> Vec<ChildOutput> {
+    let dl = Instant::now() + CHILD_LIMIT;
+    let outs: Vec<ChildOutput> = kids
+        .into_iter()
+        .map(|(k, seen)| k.finish(dl.saturating_duration_since(Instant::now()), seen))
+        .collect();
+    for (h, o) in outs.iter().enumerate() {
+        assert!(
+            o.success && o.stdout.contains("1 passed"),
+            "{what}: host {h} failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
+            o.code,
+            o.stdout,
+            tail(&o.stderr, 5000)
+        );
+    }
+    outs
+}
+
+/// Starts one process per host with the ranks `layout[h]`, rendezvousing through a root info
+/// made in host 0, and waits for all of them.
+fn run_job(bed: &Bed, test: &str, layout: &[std::ops::Range<u32>], env: &[Vec<(String, String)>]) {
+    let n = layout.iter().map(|r| r.len() as u32).sum::<u32>();
+    let mut kids = Vec::new();
+    let mut root = String::new();
+    for (h, ranks) in layout.iter().enumerate() {
+        let mut e = vec![kv(RANKS, ranks_list(ranks.clone())), kv(NRANKS, n)];
+        e.push(kv("HCCL_HOST_ID", format!("{}-{h}", bed.prefix)));
+        e.extend(env.get(h).cloned().unwrap_or_default());
+        if h > 0 {
+            e.push(kv(ROOT, &root));
+        }
+        let s = bed.spawn(h, test, &e);
+        let mut seen = Vec::new();
+        if h == 0 {
+            root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
+        }
+        kids.push((s, seen));
+    }
+    finish_ok(kids, test);
+}
+
+// ------------------------------------------------------------------------------------------
+// The rank processes.
+
+/// Every operation on a few types and sizes (300 000 elements: striped over the sockets).
+fn all_ops(r: &Rank) {
+    let mut k = 0u32;
+    for count in [0usize, 7, 4099, 300_000] {
+        for (dt, op) in [(FP32, SUM), (INT8, MAX), (BF16, PROD), (INT32, MIN)] {
+            k += 1;
+            allreduce_case(r, r.comm, dt, op, count, k.is_multiple_of(2), 0);
+            reduce_case(r, dt, op, count, k % r.n, k.is_multiple_of(3), false);
+            reduce_scatter_case(r, dt, op, count / r.n as usize + 1, false);
+            reduce_scatterv_case(r, dt, op, count / r.n as usize, k as usize);
+        }
+        for dt in [FP16, INT128] {
+            k += 1;
+            let per = count / r.n as usize;
+            broadcast_case(r, dt, count, k % r.n);
+            allgather_case(r, dt, per, true);
+            allgatherv_case(r, dt, per, k as usize);
+            scatter_case(r, dt, per, (k + 2) % r.n, true);
+            alltoall_case(r, dt, per);
+            alltoallv_case(r, dt, per);
+            alltoallvc_case(r, dt, per);
+            group_ring_case(r, dt, count);
+        }
+    }
+    sendrecv_pairs(r, &[7, 100_000], &[UINT16, FP64]);
+    batch_case(r, INT64, 1000);
+    for _ in 0..3 {
+        r.ok(unsafe { HcclBarrier(r.comm, null_mut()) }, "HcclBarrier");
+    }
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// AllReduce of 4 MiB in a loop until it fails (the parent breaks the network meanwhile);
+/// reports when and how it failed and whether the communicator could then be destroyed.
+fn until_failure(rank: u32, comm: HcclComm) {
+    let count = 1 << 20;
+    let a = vec![1u8; count * 4];
+    let mut b = vec![0u8; count * 4];
+    let mut first = true;
+    let t0 = Instant::now();
+    loop {
+        let res =
+            unsafe { HcclAllReduce(p(&a), pm(&mut b), count as u64, FP32, SUM, comm, null_mut()) };
+        if res != OK {
+            let at = unix_ms();
+            let d = unsafe { HcclCommDestroy(comm) };
+            println!(
+                "RESULT {rank} code={} t_ms={at} destroy={}",
+                res as i32, d as i32
+            );
+            return;
+        }
+        if first {
+            println!("READY {rank}");
+            first = false;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "rank {rank}: no failure in 30 s"
+        );
+    }
+}
+
+/// Body of a rank process: creates the communicators of its ranks (threads) and runs `what`.
+fn rank_process(what: &str) {
+    let ranks: Vec<u32> = std::env::var(RANKS)
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let n: u32 = std::env::var(NRANKS).unwrap().parse().unwrap();
+    let table = std::env::var(TABLE).ok();
+    let ri = if table.is_some() {
+        None
+    } else if let Ok(hex) = std::env::var(ROOT) {
+        Some(root_info_from_bytes(&hex_decode(&hex)))
+    } else {
+        let ri = root_info();
+        println!("ROOTINFO {}", hex_encode(&root_info_bytes(&ri)));
+        Some(ri)
+    };
+    let what = what.to_string();
+    let threads: Vec<_> = ranks
+        .into_iter()
+        .map(|rank| {
+            let (ri, table, what) = (ri, table.clone(), what.clone());
+            std::thread::spawn(move || -> Vec<String> {
+                let mut comm: HcclComm = null_mut();
+                let res = match &table {
+                    Some(t) => {
+                        let c = CString::new(t.as_str()).unwrap();
+                        unsafe { HcclCommInitClusterInfo(c.as_ptr(), rank, &mut comm) }
+                    }
+                    None => unsafe {
+                        HcclCommInitRootInfo(n, ri.as_ref().unwrap(), rank, &mut comm)
+                    },
+                };
+                if what == "init_may_fail" && res != OK {
+                    println!("INITFAIL {rank} code={}", res as i32);
+                    return Vec::new();
+                }
+                assert_eq!(res, OK, "rank {rank}: communicator init");
+                match what.as_str() {
+                    "until_failure" => {
+                        until_failure(rank, comm);
+                        Vec::new()
+                    }
+                    _ => {
+                        let body = if what == "all_ops" {
+                            all_ops
+                        } else {
+                            one_allreduce
+                        };
+                        let fails = run_single_rank(rank, n, comm, body);
+                        let d = unsafe { HcclCommDestroy(comm) };
+                        assert_eq!(d, OK, "rank {rank}: HcclCommDestroy");
+                        println!("DONE {rank}");
+                        fails
+                    }
+                }
+            })
+        })
+        .collect();
+    let fails: Vec<String> = threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("rank thread panicked"))
+        .collect();
+    assert!(
+        fails.is_empty(),
+        "{} failure(s):\n{}",
+        fails.len(),
+        fails.join("\n")
+    );
+}
+
+fn one_allreduce(r: &Rank) {
+    allreduce_case(r, r.comm, FP32, SUM, 70_000, false, 9);
+}
+
+/// In a rank process: runs its role and returns true; in the parent: returns false.
+fn child_role() -> bool {
+    match std::env::var(ROLE) {
+        Ok(role) => {
+            rank_process(&role_of(&role));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn role_of(role: &str) -> String {
+    if role == "ranks" {
+        std::env::var("HCCL_MH_BODY").unwrap_or_else(|_| "all_ops".into())
+    } else {
+        role.to_string()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Tests.
+
+#[test]
+fn two_hosts_one_rank_each_all_ops() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = bed(2, &[]) else { return };
+    // Three sockets per peer: parts of uneven count, striping across all of them.
+    let env = vec![kv("HCCL_SOCKET_NUM_PER_PEER", 3)];
+    run_job(
+        &bed,
+        "two_hosts_one_rank_each_all_ops",
+        &[0..1, 1..2],
+        &[env.clone(), env],
+    );
+}
+
+#[test]
+fn three_asymmetric_hosts_all_ops() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = bed(3, &[]) else { return };
+    // Each host says which interface to use in one of the documented ways.
+    let env = vec![
+        vec![kv("HCCL_IF_IP", &bed.ip[0])],
+        vec![kv("HCCL_SOCKET_IFNAME", "=eth0")],
+        vec![kv("HCCL_SOCKET_IFNAME", "^lo,docker")],
+    ];
+    run_job(
+        &bed,
+        "three_asymmetric_hosts_all_ops",
+        &[0..1, 1..3, 3..6],
+        &env,
+    );
+}
+
+#[test]
+fn rank_table_across_hosts() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = bed(2, &[]) else { return };
+    // Server A: rank 0 on host 0; server B: ranks 1 and 2, separate processes on host 1.
+    // Rank 0's device_ip:device_port is where the job rendezvouses.
+    let dir = std::env::temp_dir().join(format!("{}-table", bed.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rank_table.json");
+    let dev = |id: u32, ip: &str, port: u32, rank: u32| {
+        format!(
+            r#"{{"device_id": "{id}", "device_ip": "{ip}", "device_port": "{port}", "rank_id": "{rank}"}}"#
+        )
+    };
+    let doc = format!(
+        r#"{{"status": "completed", "version": "1.0", "server_count": "2", "server_list": [
+            {{"server_id": "A", "host_ip": "{a}", "device": [{d0}]}},
+            {{"server_id": "B", "host_ip": "{b}", "device": [{d1}, {d2}]}}]}}"#,
+        a = bed.ip[0],
+        b = bed.ip[1],
+        d0 = dev(0, &bed.ip[0], 61017, 0),
+        d1 = dev(0, &bed.ip[1], 61017, 1),
+        d2 = dev(1, &bed.ip[1], 61018, 2),
+    );
+    std::fs::write(&path, doc).unwrap();
+    let test = "rank_table_across_hosts";
+    let kids: Vec<(Spawned, Vec<String>)> = [(0usize, 0u32), (1, 1), (1, 2)]
+        .into_iter()
+        .map(|(h, rank)| {
+            let env = [
+                kv(RANKS, rank),
+                kv(NRANKS, 3),
+                kv(TABLE, path.display()),
+                kv("HCCL_MH_BODY", "all_ops"),
+                kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
+            ];
+            (bed.spawn(h, test, &env), Vec::new())
+        })
+        .collect();
+    let outs = finish_ok(kids, test);
+    let _ = std::fs::remove_dir_all(&dir);
+    // server_id decides the grouping: rank 0 (alone on server A) reaches both others over the
+    // network, although all processes run on one machine.
+    let ready = outs[0]
+        .stderr
+        .lines()
+        .find(|l| l.contains("rank 0 of 3 ready"))
+        .unwrap_or_else(|| panic!("no ready line:\n{}", tail(&outs[0].stderr, 3000)));
+    assert!(ready.contains(" 2 network peers"), "{ready}");
+}
+
+#[test]
+fn whitelist_refuses_unlisted_host() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = bed(2, &[]) else { return };
+    let dir = std::env::temp_dir().join(format!("{}-wl", bed.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let test = "whitelist_refuses_unlisted_host";
+    for (listed, admitted) in [(bed.ip[0].as_str(), true), ("198.18.0.200", false)] {
+        let wl = dir.join(format!("wl-{admitted}.json"));
+        std::fs::write(
+            &wl,
+            format!(r#"{{"host_ip": ["{listed}"], "device_ip": []}}"#),
+        )
+        .unwrap();
+        // Rank 0 connects to rank 1, whose host admits only `listed`.
+        let guarded = vec![
+            kv("HCCL_WHITELIST_DISABLE", 0),
+            kv("HCCL_WHITELIST_FILE", wl.display()),
+            kv("HCCL_CONNECT_TIMEOUT", 4),
+        ];
+        let mut kids = Vec::new();
+        let mut root = String::new();
+        for h in 0..2 {
+            let mut e = vec![
+                kv(RANKS, h),
+                kv(NRANKS, 2),
+                kv("HCCL_HOST_ID", format!("{}-{h}", bed.prefix)),
+                kv(
+                    "HCCL_MH_BODY",
+                    if admitted {
+                        "one_allreduce"
+                    } else {
+                        "init_may_fail"
+                    },
+                ),
+            ];
+            if h == 1 {
+                e.extend(guarded.clone());
+                e.push(kv(ROOT, &root));
+            }
+            let s = bed.spawn(h, test, &e);
+            let mut seen = Vec::new();
+            if h == 0 {
+                root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
+            }
+            kids.push((s, seen));
+        }
+        let outs = finish_ok(kids, test);
+        if admitted {
+            for o in &outs {
+                assert!(o.stdout.contains("DONE"), "{}", o.stdout);
+            }
+            continue;
+        }
+        for (h, o) in outs.iter().enumerate() {
+            assert!(
+                o.stdout.contains(&format!("INITFAIL {h}")),
+                "host {h}: {}",
+                o.stdout
+            );
+        }
+        let refused = format!("refused data connection from {}", bed.ip[0]);
+        assert!(
+            outs[1].stderr.contains(&refused),
+            "{}",
+            tail(&outs[1].stderr, 3000)
+        );
+        assert!(
+            outs[0].stderr.contains("not in the whitelist"),
+            "{}",
+            tail(&outs[0].stderr, 3000)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts `hosts` processes of one rank each looping AllReduce, applies `fault` once every rank
+/// is running, and checks that the survivors fail within the exec timeout, name `victim` in
+/// their log, and can destroy their communicators.
+fn fault_case(test: &str, hosts: usize, victim: u32, fault: impl FnOnce(&Bed)) {
+    let Some(bed) = bed(hosts, &[]) else { return };
+    let layout: Vec<_> = (0..hosts as u32).map(|h| h..h + 1).collect();
+    let n = hosts as u32;
+    let mut kids = Vec::new();
+    let mut root = String::new();
+    for (h, ranks) in layout.iter().enumerate() {
+        let mut e = vec![
+            kv(RANKS, ranks_list(ranks.clone())),
+            kv(NRANKS, n),
+            kv("HCCL_HOST_ID", format!("{}-{h}", bed.prefix)),
+            kv("HCCL_MH_BODY", "until_failure"),
+            kv("HCCL_EXEC_TIMEOUT", FAULT_TIMEOUT_S),
+        ];
+        if h > 0 {
+            e.push(kv(ROOT, &root));
+        }
+        let s = bed.spawn(h, test, &e);
+        let mut seen = Vec::new();
+        if h == 0 {
+            root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
+        }
+        kids.push((s, seen));
+    }
+    for (s, seen) in kids.iter_mut() {
+        wait_line(s, "READY", Duration::from_secs(20), seen);
+    }
+    let fault_at = unix_ms();
+    fault(&bed);
+    let dl = Instant::now() + CHILD_LIMIT;
+    for (h, (s, seen)) in kids.into_iter().enumerate() {
+        let o = s.finish(dl.saturating_duration_since(Instant::now()), seen);
+        if h as u32 == victim && hosts > 2 {
+            continue;
+        }
+        let line = o
+            .stdout
+            .lines()
+            .find_map(|l| l.find("RESULT ").map(|i| &l[i + 7..]))
+            .unwrap_or_else(|| {
+                panic!(
+                    "host {h}: no result (code {:?}):\n{}\n{}",
+                    o.code,
+                    o.stdout,
+                    tail(&o.stderr, 3000)
+                )
+            })
+            .to_string();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(&format!("{k}=")))
+                .unwrap()
+                .parse::<i128>()
+                .unwrap()
+        };
+        assert_ne!(field("code"), 0, "host {h}: {line}");
+        assert_eq!(
+            field("destroy"),
+            0,
+            "host {h}: destroy after the failure: {line}"
+        );
+        let took = field("t_ms") - fault_at as i128;
+        assert!(
+            took <= (FAULT_TIMEOUT_S * 1000 + 1500) as i128,
+            "host {h}: error {took} ms after the fault, exec timeout {FAULT_TIMEOUT_S} s"
+        );
+        // The unreachable peer: the victim, or for the victim's own survivor process (a link
+        // taken down) the other side.
+        let lost = if h as u32 == victim {
+            1 - victim
+        } else {
+            victim
+        };
+        let names = [
+            format!("peer rank {lost}"),
+            format!("peer rank(s) [{lost}]"),
+        ];
+        assert!(
+            names.iter().any(|x| o.stderr.contains(x.as_str())),
+            "host {h}: the log does not name rank {lost}:\n{}",
+            tail(&o.stderr, 3000)
+        );
+        assert!(
+            o.success,
+            "host {h}: {}\n{}",
+            o.stdout,
+            tail(&o.stderr, 3000)
+        );
+    }
+}
+
+#[test]
+fn link_down_mid_collective() {
+    if child_role() {
+        return;
+    }
+    // Both ranks survive (their processes live); each must name the other.
+    fault_case("link_down_mid_collective", 2, 1, |bed| {
+        bed.sh(1, "ip link set eth0 down");
+    });
+}
+
+#[test]
+fn killed_host_mid_collective() {
+    if child_role() {
+        return;
+    }
+    fault_case("killed_host_mid_collective", 3, 2, |bed| {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &bed.ns[2]])
+            .output()
+            .expect("ip netns pids");
+        let pids = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!pids.trim().is_empty(), "no process in host 2");
+        for pid in pids.split_whitespace() {
+            // Only the rank process this test started in host 2.
+            let pid: i32 = pid.parse().unwrap();
+            // SAFETY: plain kill of a process id we just listed.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+}

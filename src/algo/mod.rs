@@ -230,9 +230,7 @@ pub fn build(coll: &Coll, ctx: &Ctx, algo: Algo) -> Schedule {
             let (counts, displs) = equal_blocks(ctx.n, *count);
             bruck::allgather(ctx, &counts, &displs)
         }
-        (Coll::AllGatherV { counts, displs }, Algo::Bruck) => {
-            bruck::allgather(ctx, counts, displs)
-        }
+        (Coll::AllGatherV { counts, displs }, Algo::Bruck) => bruck::allgather(ctx, counts, displs),
         (Coll::AllReduce { count }, Algo::Tree) => tree::allreduce(ctx, *count),
         (Coll::AllReduce { count }, Algo::Hier) => hier::allreduce(ctx, *count),
         (Coll::AllGather { count }, Algo::Hier) => hier::allgather(ctx, *count),

@@ -22,14 +22,18 @@ pub(crate) struct Fold {
 
 impl Fold {
     pub(crate) fn new(n: u32) -> Fold {
-        let p = if n == 0 { 0 } else { 1 << (31 - n.leading_zeros()) };
+        let p = if n == 0 {
+            0
+        } else {
+            1 << (31 - n.leading_zeros())
+        };
         Fold { p, r: n - p }
     }
 
     /// Virtual rank of real rank `k`, or `None` for a folded-away rank.
     pub(crate) fn virt(&self, k: u32) -> Option<u32> {
         if k < 2 * self.r {
-            (k % 2 == 0).then_some(k / 2)
+            k.is_multiple_of(2).then_some(k / 2)
         } else {
             Some(k - self.r)
         }
@@ -241,9 +245,18 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
     if me < 2 * f.r {
         let st = s.step();
         if extra {
-            recv_all(st, me - 1, &spans(Buf::Scratch, es, counts, displs, me, me + 1), false);
+            recv_all(
+                st,
+                me - 1,
+                &spans(Buf::Scratch, es, counts, displs, me, me + 1),
+                false,
+            );
         } else {
-            send_all(st, me + 1, &spans(Buf::Scratch, es, counts, displs, me + 1, me + 2));
+            send_all(
+                st,
+                me + 1,
+                &spans(Buf::Scratch, es, counts, displs, me + 1, me + 2),
+            );
         }
     }
     let m = me as usize;
@@ -268,7 +281,11 @@ pub fn allgather(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
     if me < 2 * f.r {
         let st = s.current();
         if extra {
-            send_all(st, me - 1, &spans(Buf::Recv, es, counts, displs, me, me + 1));
+            send_all(
+                st,
+                me - 1,
+                &spans(Buf::Recv, es, counts, displs, me, me + 1),
+            );
         } else {
             let theirs = spans(Buf::Recv, es, counts, displs, me + 1, me + 2);
             recv_all(st, me + 1, &theirs, false);

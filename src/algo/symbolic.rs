@@ -86,7 +86,11 @@ impl SymBuf {
     fn new(len: usize, val: Option<Val>) -> SymBuf {
         let mut b = SymBuf::default();
         if len > 0 {
-            b.runs.push(Run { start: 0, end: len, val });
+            b.runs.push(Run {
+                start: 0,
+                end: len,
+                val,
+            });
         }
         b
     }
@@ -590,7 +594,9 @@ pub fn run(scheds: &[Schedule], coll_of: &dyn Fn(u32) -> Coll) -> Result<Report,
         return Err(format!("deadlock: (rank, step) stuck at {stuck:?}"));
     }
     if let Some(((a, b), _)) = mail.iter().find(|(_, q)| !q.is_empty()) {
-        return Err(format!("rank {a} sent to rank {b} a message nobody received"));
+        return Err(format!(
+            "rank {a} sent to rank {b} a message nobody received"
+        ));
     }
     for (r, s) in st.iter().enumerate() {
         let e = expect(&coll_of(r as u32), r as u32, n as u32, coll_of);

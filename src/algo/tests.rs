@@ -362,8 +362,8 @@ use super::symbolic;
 fn layouts(n: u32) -> Vec<Topo> {
     let mut v = vec![Topo::flat(n)];
     if n >= 4 {
-        let per = if n % 4 == 0 { 4 } else { 2 };
-        if n % per == 0 {
+        let per = if n.is_multiple_of(4) { 4 } else { 2 };
+        if n.is_multiple_of(per) {
             v.push(Topo::uniform(n / per, per));
         }
         // Uneven: hosts of 1, 2, 3, … ranks until n is used up.
@@ -421,8 +421,8 @@ fn symbolic_exhaustive_1_to_64() {
         for topo in layouts(n) {
             for coll in colls(n) {
                 for algo in Algo::ALL.into_iter().filter(|a| a.supports(&coll)) {
-                    let r = symbolic::check(&topo, &|_| coll.clone(), algo, true)
-                        .unwrap_or_else(|e| {
+                    let r =
+                        symbolic::check(&topo, &|_| coll.clone(), algo, true).unwrap_or_else(|e| {
                             panic!("{algo:?} {coll:?} n={n} hosts={:?}: {e}", topo.hosts())
                         });
                     // Deterministic mode: no reduction may follow arrival order.

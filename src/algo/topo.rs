@@ -20,13 +20,15 @@ impl Topo {
         let host_of: Vec<u32> = labels
             .iter()
             .enumerate()
-            .map(|(r, l)| match firsts.iter().position(|&f| labels[f] == *l) {
-                Some(h) => h as u32,
-                None => {
-                    firsts.push(r);
-                    (firsts.len() - 1) as u32
-                }
-            })
+            .map(
+                |(r, l)| match firsts.iter().position(|&f| labels[f] == *l) {
+                    Some(h) => h as u32,
+                    None => {
+                        firsts.push(r);
+                        (firsts.len() - 1) as u32
+                    }
+                },
+            )
             .collect();
         Topo::from_host_ids(host_of)
     }
@@ -53,11 +55,7 @@ impl Topo {
 
     /// `hosts` hosts of `per_host` consecutive ranks each.
     pub fn uniform(hosts: u32, per_host: u32) -> Topo {
-        Topo::from_host_ids(
-            (0..hosts * per_host)
-                .map(|r| r / per_host.max(1))
-                .collect(),
-        )
+        Topo::from_host_ids((0..hosts * per_host).map(|r| r / per_host.max(1)).collect())
     }
 
     /// Hosts with the given rank counts, ranks numbered host by host.

@@ -45,9 +45,12 @@ fn shape(n: u32) -> Shape {
         let mid = lo + (hi - lo) / 2;
         sh.depth[mid as usize] = depth;
         let mut h = 0;
-        for c in [build(sh, lo, mid, depth + 1), build(sh, mid + 1, hi, depth + 1)]
-            .into_iter()
-            .flatten()
+        for c in [
+            build(sh, lo, mid, depth + 1),
+            build(sh, mid + 1, hi, depth + 1),
+        ]
+        .into_iter()
+        .flatten()
         {
             sh.parent[c as usize] = Some(mid);
             sh.children[mid as usize].push(c);
@@ -84,13 +87,7 @@ fn tree_rounds(rounds: &mut Vec<Vec<Action>>, ctx: &Ctx, sh: &Shape, part: &Part
     let chunks = even_blocks(count, k);
     let me = (part.pos)(ctx.me) as usize;
     let top = sh.height[sh.root as usize] as usize;
-    let piece = |c: usize| {
-        Span::new(
-            Buf::Recv,
-            (part.first + chunks[c].0) * es,
-            chunks[c].1 * es,
-        )
-    };
+    let piece = |c: usize| Span::new(Buf::Recv, (part.first + chunks[c].0) * es, chunks[c].1 * es);
     let slot = |child: usize, c: usize| {
         Span::new(
             Buf::Scratch,

@@ -657,20 +657,20 @@ impl EnvConfig {
         let rdma = r.rdma()?;
         let peer_nics = r.peer_nics()?;
         let host_id = r.raw("HCCL_HOST_ID");
-        let rank_host_map = r.raw("HCCL_RANK_HOST_MAP").map(|v| {
-            v.split(',')
-                .map(|x| x.trim().to_string())
-                .collect::<Vec<_>>()
-        });
-        if let Some(m) = &rank_host_map {
-            if m.iter().any(String::is_empty) {
-                crate::bail!(
-                    Para,
-                    "HCCL_RANK_HOST_MAP: empty host label; expected one label per rank, \
-                     comma-separated, e.g. \"a,a,b,b\""
-                );
+        let rank_host_map = match r.raw("HCCL_RANK_HOST_MAP") {
+            None => None,
+            Some(v) => {
+                let labels: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
+                if labels.iter().any(String::is_empty) {
+                    crate::bail!(
+                        Para,
+                        "HCCL_RANK_HOST_MAP={v:?}: empty host label; expected one label per \
+                         rank, comma-separated, e.g. \"a,a,b,b\""
+                    );
+                }
+                Some(labels)
             }
-        }
+        };
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?.unwrap_or(true);
         Ok(EnvConfig {
             buffsize_mb,
@@ -828,6 +828,7 @@ mod tests {
             "HCCL_RDMA_QPS_PER_CONNECTION",
             "HCCL_PEER_NICS",
             "HCCL_HOST_ID",
+            "HCCL_RANK_HOST_MAP",
             "HCCL_SHM_SINGLE_COPY",
         ];
         for blank in ["", "   ", "\t\n"] {
@@ -1227,7 +1228,10 @@ mod tests {
     #[test]
     fn rank_host_map() {
         let c = ok(&[("HCCL_RANK_HOST_MAP", " a, a ,b ")]);
-        assert_eq!(c.rank_host_map, Some(vec!["a".into(), "a".into(), "b".into()]));
+        assert_eq!(
+            c.rank_host_map,
+            Some(vec!["a".into(), "a".into(), "b".into()])
+        );
         bad("HCCL_RANK_HOST_MAP", "a,,b");
     }
 

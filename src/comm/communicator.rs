@@ -304,10 +304,10 @@ impl Communicator {
         };
         let mut streams: Vec<Option<Vec<TcpStream>>> = (0..n).map(|_| None).collect();
         // The connecting side decides how many sockets a link has; the acceptor follows it.
-        let sockets = cfg
-            .env
-            .sockets_per_peer
-            .unwrap_or(crate::transport::tcp::DEFAULT_SOCKETS_PER_PEER) as u16;
+        let sockets =
+            cfg.env
+                .sockets_per_peer
+                .unwrap_or(crate::transport::tcp::DEFAULT_SOCKETS_PER_PEER) as u16;
         let network_peers: Vec<u32> = (0..n)
             .filter(|&p| p != rank && !same_proc(&table[p as usize]))
             .collect();
@@ -554,7 +554,11 @@ impl Communicator {
                 self.size,
                 self.topo.hosts().len(),
                 algo.name(),
-                if forced { "forced by HCCL_ALGO" } else { "cheapest under the cost model" }
+                if forced {
+                    "forced by HCCL_ALGO"
+                } else {
+                    "cheapest under the cost model"
+                }
             );
         }
     }
@@ -562,12 +566,7 @@ impl Communicator {
 
 /// The algorithms' host layout: the real hosts of the rank table, or the `HCCL_RANK_HOST_MAP`
 /// test override when it lists exactly one label per rank of this communicator.
-fn algo_topology(
-    name: &str,
-    rank: u32,
-    table: &[RankRecord],
-    cfg: &CommConfig,
-) -> algo::Topo {
+fn algo_topology(name: &str, rank: u32, table: &[RankRecord], cfg: &CommConfig) -> algo::Topo {
     let real = || algo::Topo::from_labels(&table.iter().map(|r| r.loc.host).collect::<Vec<_>>());
     match &cfg.env.rank_host_map {
         Some(map) if map.len() == table.len() => algo::Topo::from_labels(map),

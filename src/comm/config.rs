@@ -107,12 +107,16 @@ impl CommConfig {
             }
         }
         let algo = ov.algo.clone().or_else(|| env.algo.clone());
-        let source = if ov.algo.is_some() { "hcclAlgo" } else { "HCCL_ALGO" };
+        let source = if ov.algo.is_some() {
+            "hcclAlgo"
+        } else {
+            "HCCL_ALGO"
+        };
         let algo_spec = match &algo {
             None => AlgoSpec::default(),
-            Some(t) => spec::parse(t).map_err(|e| {
-                Error::new(ErrorKind::Para, format!("{source}: {e}"))
-            })?,
+            Some(t) => {
+                spec::parse(t).map_err(|e| Error::new(ErrorKind::Para, format!("{source}: {e}")))?
+            }
         };
         for w in &algo_spec.warnings {
             log::warn!("{source}: {w}");
@@ -182,7 +186,11 @@ mod tests {
         };
         let err = CommConfig::merge(&bad, &e).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Para);
-        assert!(err.msg.contains("hcclAlgo") && err.msg.contains("H-D_R"), "{}", err.msg);
+        assert!(
+            err.msg.contains("hcclAlgo") && err.msg.contains("H-D_R"),
+            "{}",
+            err.msg
+        );
     }
 
     #[test]

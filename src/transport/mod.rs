@@ -9,6 +9,7 @@
 pub mod acceptor;
 pub mod cma;
 pub mod doorbell;
+pub mod futex;
 pub mod inproc;
 pub mod net;
 pub mod shm;

@@ -153,37 +153,11 @@ impl Drop for Mapping {
 }
 
 fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: a shared futex wait on a valid word; returns on change, wake, signal or timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            seen,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0,
-        )
-    };
+    super::futex::wait(word, seen, timeout, true);
 }
 
 fn futex_wake(word: &AtomicU32) {
-    // SAFETY: a shared futex wake on a valid word.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0,
-        )
-    };
+    super::futex::wake(word, true);
 }
 
 /// Geometry of one rank's channels.

@@ -9,7 +9,8 @@
 //! ```text
 //! hccl_sim [--op allreduce|allgather|reducescatter|broadcast|reduce]
 //!          [--hosts H] [--per-host M] [--algo ring,rhd,...|all]
-//!          [--sizes 8,65536,1M,64M] [--alpha0 US] [--beta0 GBPS] [--alpha1 US] [--beta1 GBPS]
+//!          [--sizes 8,65536,1M,64M] [--alpha0 US] [--beta0 GBPS] [--peer0 US]
+//!          [--alpha1 US] [--beta1 GBPS] [--peer1 US] [--level0 memory|hostipc|network]
 //!          [--check-count ELEMS] [--no-check]
 //! ```
 
@@ -28,6 +29,7 @@ struct Args {
     model: CostModel,
     check_count: Option<usize>,
     check: bool,
+    memory: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         },
         check_count: None,
         check: true,
+        memory: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -91,10 +94,29 @@ fn parse_args() -> Result<Args, String> {
                     .map(parse_size)
                     .collect::<Result<_, _>>()?
             }
+            "--level0" => {
+                let v = val()?;
+                a.memory = matches!(v.as_str(), "memory" | "shm");
+                a.model.level0 = match v.as_str() {
+                    "memory" | "shm" => LinkKind::Memory,
+                    "hostipc" | "tcp" => LinkKind::HostIpc,
+                    "network" => LinkKind::Network,
+                    o => return Err(format!("--level0 {o:?}: memory, hostipc or network")),
+                }
+                .default_cost()
+            }
             "--alpha0" => a.model.level0.alpha = num(val()?)? * 1e-6,
-            "--beta0" => a.model.level0.beta = num(val()?)? * 1e9,
+            "--peer0" => a.model.level0.peer = num(val()?)? * 1e-6,
+            "--peer1" => a.model.level1.peer = num(val()?)? * 1e-6,
+            "--beta0" => {
+                a.model.level0.beta = num(val()?)? * 1e9;
+                a.model.level0.mesh_beta = a.model.level0.beta;
+            }
             "--alpha1" => a.model.level1.alpha = num(val()?)? * 1e-6,
-            "--beta1" => a.model.level1.beta = num(val()?)? * 1e9,
+            "--beta1" => {
+                a.model.level1.beta = num(val()?)? * 1e9;
+                a.model.level1.mesh_beta = a.model.level1.beta;
+            }
             "--check-count" => a.check_count = Some(parse_size(&val()?)?),
             "--no-check" => a.check = false,
             "-h" | "--help" => return Err(String::new()),
@@ -160,7 +182,7 @@ fn main() -> ExitCode {
                 include_str!("hccl_sim.rs")
                     .lines()
                     .skip(8)
-                    .take(5)
+                    .take(7)
                     .map(|l| l.trim_start_matches("//! "))
                     .collect::<Vec<_>>()
                     .join("\n")
@@ -223,7 +245,7 @@ fn main() -> ExitCode {
         let c = coll(&a.op, n, bytes).expect("op checked above");
         let preds: Vec<Option<f64>> = algos
             .iter()
-            .map(|&x| predict(x, &c, bytes as f64, sh, &a.model, false))
+            .map(|&x| predict(x, &c, bytes as f64, sh, &a.model, a.memory))
             .collect();
         let best = preds
             .iter()

@@ -31,7 +31,7 @@ pub use topo::Topo;
 
 /// One collective call, in elements of `Ctx::elem` bytes. The `V` forms carry per-rank counts
 /// and displacements; AlltoAll and AlltoAllVC arrive already converted to `AlltoAllV`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Coll {
     /// Every rank ends with the reduction of all inputs.
     AllReduce { count: usize },
@@ -70,7 +70,7 @@ pub enum Coll {
 }
 
 /// One point-to-point transfer of a `Coll::P2p`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct P2pItem {
     /// True to send, false to receive.
     pub send: bool,

@@ -1,6 +1,7 @@
 //! The communicator: one rank's membership in a group of ranks, its links to the others, and
 //! the entry point that runs collectives on them.
 
+use std::collections::HashMap;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -42,10 +43,18 @@ pub struct OpArgs {
     pub ext: Vec<usize>,
 }
 
+/// The schedule chosen for one (operation, element size), reused by later calls of the same
+/// shape so the hot path neither selects nor builds.
+type Plan = Arc<algo::Schedule>;
+
+/// Plans kept per communicator; beyond this the cache starts over (shapes rarely vary much).
+const MAX_PLANS: usize = 256;
+
 struct Inner {
     ep: Endpoint,
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
+    plans: HashMap<(Coll, usize), Plan>,
 }
 
 #[derive(Default)]
@@ -404,6 +413,7 @@ impl Communicator {
                 ep,
                 scratch: Vec::new(),
                 logged: Vec::new(),
+                plans: HashMap::new(),
             }),
             state: Mutex::new(State::default()),
             async_err: Mutex::new(None),
@@ -499,12 +509,23 @@ impl Communicator {
             topo: &self.topo,
             deterministic: self.cfg.deterministic != Deterministic::Off,
         };
-        let (algo, forced) = match self.cfg.algo_spec.forced(&args.coll) {
-            Some(a) => (a, true),
-            None => (algo::select::choose(&args.coll, &ctx), false),
+        let key = (args.coll.clone(), args.dtype.size());
+        let sched = match inner.plans.get(&key) {
+            Some(p) => p.clone(),
+            None => {
+                let (algo, forced) = match self.cfg.algo_spec.forced(&args.coll) {
+                    Some(a) => (a, true),
+                    None => (algo::select::choose(&args.coll, &ctx), false),
+                };
+                let plan = Arc::new(algo::build(&args.coll, &ctx, algo));
+                if inner.plans.len() >= MAX_PLANS {
+                    inner.plans.clear();
+                }
+                inner.plans.insert(key, plan.clone());
+                self.log_choice(&mut inner, args, algo, forced);
+                plan
+            }
         };
-        let sched = algo::build(&args.coll, &ctx, algo);
-        self.log_choice(&mut inner, args, algo, forced);
         let words = sched.scratch.div_ceil(8);
         if inner.scratch.len() < words {
             inner.scratch.resize(words, 0);

@@ -107,38 +107,75 @@ pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
     }
     let blocks = even_blocks(count, n as usize);
     let mine = blocks[me as usize];
-    let st = s.step();
-    st.push(Action::Copy {
-        src: span(Buf::Send, es, mine.0, mine.1),
-        dst: span(Buf::Recv, es, mine.0, mine.1),
-    });
-    for p in (0..n).filter(|&p| p != me) {
-        let b = blocks[p as usize];
-        st.push(Action::Send {
-            peer: p,
-            src: span(Buf::Send, es, b.0, b.1),
-        });
-    }
-    for p in (0..n).filter(|&p| p != me) {
-        st.push(Action::RecvReduce {
-            peer: p,
-            dst: span(Buf::Recv, es, mine.0, mine.1),
-        });
-    }
-    let st = s.step();
-    for p in (0..n).filter(|&p| p != me) {
-        let b = blocks[p as usize];
-        st.push(Action::Send {
-            peer: p,
-            src: span(Buf::Recv, es, mine.0, mine.1),
-        });
-        st.push(Action::Recv {
-            peer: p,
-            dst: span(Buf::Recv, es, b.0, b.1),
-        });
+    // The reduce-scatter half walks each block in cache-sized chunks: the chunk being reduced
+    // stays in cache while every peer's contribution is folded in, so memory sees one read per
+    // input and one write instead of a read-modify-write per peer.
+    let chunk = (RS_CHUNK_BYTES / es).max(1);
+    let chunks_of = |len: usize| len.div_ceil(chunk);
+    let steps = blocks.iter().map(|b| chunks_of(b.1)).max().unwrap_or(0);
+    let piece = |b: (usize, usize), k: usize| {
+        let first = b.0 + k * chunk;
+        (first, chunk.min(b.0 + b.1 - first))
+    };
+    // Step k reduces chunk k of this rank's block and collects chunk k-1 of every other block,
+    // which its owner finished one step earlier, so that copy mostly reads from the shared
+    // cache rather than memory. Reduce traffic is listed before gather traffic in every step,
+    // on both sides, so messages between a pair match in order.
+    for k in 0..=steps {
+        let st = s.step();
+        let own = k < chunks_of(mine.1);
+        if own {
+            let c = piece(mine, k);
+            st.push(Action::Copy {
+                src: span(Buf::Send, es, c.0, c.1),
+                dst: span(Buf::Recv, es, c.0, c.1),
+            });
+        }
+        for p in (0..n).filter(|&p| p != me) {
+            let b = blocks[p as usize];
+            if k < chunks_of(b.1) {
+                let c = piece(b, k);
+                st.push(Action::Send {
+                    peer: p,
+                    src: span(Buf::Send, es, c.0, c.1),
+                });
+            }
+        }
+        if own {
+            let c = piece(mine, k);
+            for p in (0..n).filter(|&p| p != me) {
+                st.push(Action::RecvReduce {
+                    peer: p,
+                    dst: span(Buf::Recv, es, c.0, c.1),
+                });
+            }
+        }
+        if k == 0 {
+            continue;
+        }
+        for p in (0..n).filter(|&p| p != me) {
+            if k - 1 < chunks_of(mine.1) {
+                let c = piece(mine, k - 1);
+                st.push(Action::Send {
+                    peer: p,
+                    src: span(Buf::Recv, es, c.0, c.1),
+                });
+            }
+            let b = blocks[p as usize];
+            if k - 1 < chunks_of(b.1) {
+                let c = piece(b, k - 1);
+                st.push(Action::Recv {
+                    peer: p,
+                    dst: span(Buf::Recv, es, c.0, c.1),
+                });
+            }
+        }
     }
     s
 }
+
+/// Chunk of the memory-link reduce-scatter: well inside a core's L2 cache.
+const RS_CHUNK_BYTES: usize = 256 * 1024;
 
 /// ReduceScatter(V): on memory links each rank reduces its block from its peers' inputs (in
 /// arrival order); over the network, or when reductions must be deterministic, the blocks are

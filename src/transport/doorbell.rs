@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::futex;
 use crate::base::error::{Error, ErrorKind, Result};
@@ -12,6 +12,11 @@ use crate::base::error::{Error, ErrorKind, Result};
 const AWAKE: u32 = 0;
 const FUTEX_SLEEP: u32 = 1;
 const POLL_SLEEP: u32 = 2;
+/// How long a waiter spins (with periodic yields) before it sleeps.
+const SPIN_BUDGET: Duration = Duration::from_micros(50);
+/// When ranks outnumber cores a waiter yields a few times and then sleeps: a sleeping rank
+/// leaves its core to the peers it is waiting for, while a spinning one keeps competing.
+const YIELDS_OVERSUBSCRIBED: u32 = 4;
 
 /// Wake-up signal of one endpoint.
 #[derive(Debug)]
@@ -19,11 +24,14 @@ pub struct Doorbell {
     seq: AtomicU32,
     sleeping: AtomicU32,
     fd: OwnedFd,
+    oversubscribed: bool,
 }
 
 impl Doorbell {
-    /// Creates a doorbell backed by a futex word and a non-blocking eventfd.
-    pub fn new() -> Result<Doorbell> {
+    /// Creates a doorbell backed by a futex word and a non-blocking eventfd, for an endpoint
+    /// whose process runs `local_ranks` ranks (which decides how long waiters spin).
+    pub fn new(local_ranks: usize) -> Result<Doorbell> {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         // SAFETY: plain syscall; the returned fd is owned below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -37,6 +45,7 @@ impl Doorbell {
             sleeping: AtomicU32::new(AWAKE),
             // SAFETY: fd is a fresh descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            oversubscribed: local_ranks > cores,
         })
     }
 
@@ -69,16 +78,32 @@ impl Doorbell {
         for f in extra.iter_mut() {
             f.revents = 0;
         }
-        for _ in 0..64 {
-            if self.seq.load(Ordering::Acquire) != seen {
-                return;
+        // Waking a sleeper costs a syscall on each side and, on virtual machines, tens of
+        // microseconds: with a core to itself a waiter spins for a short budget first.
+        if self.oversubscribed {
+            for _ in 0..YIELDS_OVERSUBSCRIBED {
+                std::thread::yield_now();
+                if self.seq.load(Ordering::Acquire) != seen {
+                    return;
+                }
             }
-            std::hint::spin_loop();
-        }
-        for _ in 0..8 {
-            std::thread::yield_now();
-            if self.seq.load(Ordering::Acquire) != seen {
-                return;
+        } else {
+            let start = Instant::now();
+            let mut round = 0u32;
+            loop {
+                if self.seq.load(Ordering::Acquire) != seen {
+                    return;
+                }
+                round += 1;
+                // A rare yield matters only if something else wants the core.
+                if round.is_multiple_of(32) {
+                    std::thread::yield_now();
+                    if start.elapsed() >= SPIN_BUDGET {
+                        break;
+                    }
+                } else {
+                    std::hint::spin_loop();
+                }
             }
         }
         if extra.is_empty() {
@@ -121,7 +146,7 @@ mod tests {
     use std::sync::Arc;
 
     fn wakes(poll_mode: bool) {
-        let bell = Arc::new(Doorbell::new().unwrap());
+        let bell = Arc::new(Doorbell::new(1).unwrap());
         let seen = bell.seq();
         let b2 = bell.clone();
         let t = std::thread::spawn(move || b2.ring());

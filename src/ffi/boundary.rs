@@ -63,3 +63,31 @@ pub fn not_supported(api: &str, why: &str) -> Error {
         format!("{api} is not supported: {why}"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_become_internal_errors() {
+        let r = call("test_api", || panic!("deliberate"));
+        assert_eq!(r, HcclResult::HCCL_E_INTERNAL);
+        let r = call("test_api", || -> Result<()> {
+            let v: Vec<u8> = Vec::new();
+            // An out-of-bounds index panics inside the boundary.
+            let _ = v[std::hint::black_box(3)];
+            Ok(())
+        });
+        assert_eq!(r, HcclResult::HCCL_E_INTERNAL);
+    }
+
+    #[test]
+    fn errors_map_to_their_codes() {
+        assert_eq!(
+            call("test_api", || Err(Error::new(ErrorKind::Timeout, "late"))),
+            HcclResult::HCCL_E_TIMEOUT
+        );
+        assert_eq!(call("test_api", || Ok(())), HcclResult::HCCL_SUCCESS);
+        assert_eq!(result_of(ErrorKind::Ptr), HcclResult::HCCL_E_PTR);
+    }
+}

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::topology::Location;
+use crate::transport::acceptor::Whitelist;
 
 const HELLO_MAGIC: u32 = 0x4842_4348; // "HCBH"
 const PROTO_VERSION: u32 = 1;
@@ -125,29 +126,36 @@ impl RootListener {
         }
     }
 
-    fn accept(&self) -> std::io::Result<Box<dyn Conn>> {
+    /// Accepts one connection, with the peer's IP address for TCP.
+    fn accept(&self) -> std::io::Result<(Box<dyn Conn>, Option<IpAddr>)> {
         Ok(match self {
             RootListener::Tcp(l) => {
-                let (s, _) = l.accept()?;
+                let (s, a) = l.accept()?;
                 s.set_nonblocking(false)?;
                 let _ = s.set_nodelay(true);
-                Box::new(s)
+                (Box::new(s), Some(a.ip()))
             }
             RootListener::Unix(l) => {
                 let (s, _) = l.accept()?;
                 s.set_nonblocking(false)?;
-                Box::new(s)
+                (Box::new(s), None)
             }
         })
     }
 }
 
-/// Starts the root of one communicator on its own thread.
-pub fn serve_root(listener: RootListener, token: u128, deadline: Instant) -> Result<()> {
+/// Starts the root of one communicator on its own thread; with a whitelist, ranks connecting
+/// from other addresses are refused.
+pub fn serve_root(
+    listener: RootListener,
+    token: u128,
+    deadline: Instant,
+    whitelist: Option<Whitelist>,
+) -> Result<()> {
     std::thread::Builder::new()
         .name("hccl-root".into())
         .spawn(move || {
-            if let Err(e) = root_loop(listener, token, deadline) {
+            if let Err(e) = root_loop(listener, token, deadline, whitelist.as_ref()) {
                 log::error!("bootstrap root: {e}");
             }
         })
@@ -163,7 +171,12 @@ fn reply_error(c: &mut dyn Conn, kind: ErrorKind, msg: &str) {
     let _ = c.write_all(&b);
 }
 
-fn root_loop(listener: RootListener, token: u128, deadline: Instant) -> Result<()> {
+fn root_loop(
+    listener: RootListener,
+    token: u128,
+    deadline: Instant,
+    whitelist: Option<&Whitelist>,
+) -> Result<()> {
     let mut expected: Option<u32> = None;
     let mut ranks: Vec<Option<(RankRecord, Box<dyn Conn>)>> = Vec::new();
     let mut arrived = 0u32;
@@ -202,9 +215,23 @@ fn root_loop(listener: RootListener, token: u128, deadline: Instant) -> Result<(
         if r <= 0 {
             continue;
         }
-        let Ok(mut c) = listener.accept() else {
+        let Ok((mut c, peer_ip)) = listener.accept() else {
             continue;
         };
+        if let (Some(w), Some(ip)) = (whitelist, peer_ip) {
+            if !w.admits(ip) {
+                log::error!(
+                    "bootstrap root: refused a rank connecting from {ip}: address not in the \
+                     whitelist (HCCL_WHITELIST_DISABLE=0)"
+                );
+                reply_error(
+                    c.as_mut(),
+                    ErrorKind::Para,
+                    "address not in the root's whitelist",
+                );
+                continue;
+            }
+        }
         let _ = c.set_timeout(Some(Duration::from_secs(10)));
         let mut h = [0u8; HELLO];
         if c.read_exact(&mut h).is_err() {
@@ -422,7 +449,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = RootAddr::Tcp(l.local_addr().unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
-        serve_root(RootListener::Tcp(l), 42, deadline).unwrap();
+        serve_root(RootListener::Tcp(l), 42, deadline, None).unwrap();
         let foreign = exchange(&addr, 43, 3, &rec(0), deadline).unwrap_err();
         assert_eq!(foreign.kind, ErrorKind::Para);
         let hs: Vec<_> = (0..3)
@@ -438,11 +465,23 @@ mod tests {
     }
 
     #[test]
+    fn root_refuses_addresses_outside_its_whitelist() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = RootAddr::Tcp(l.local_addr().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let w = Whitelist::parse("test", r#"{"host_ip": ["198.18.0.9"]}"#).unwrap();
+        serve_root(RootListener::Tcp(l), 5, deadline, Some(w)).unwrap();
+        let e = exchange(&addr, 5, 1, &rec(0), deadline).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Para, "{e}");
+        assert!(e.msg.contains("whitelist"), "{e}");
+    }
+
+    #[test]
     fn missing_rank_times_out() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = RootAddr::Tcp(l.local_addr().unwrap());
         let deadline = Instant::now() + Duration::from_millis(300);
-        serve_root(RootListener::Tcp(l), 1, deadline).unwrap();
+        serve_root(RootListener::Tcp(l), 1, deadline, None).unwrap();
         let e = exchange(&addr, 1, 2, &rec(0), deadline).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
         assert!(e.msg.contains("[1]"), "{e}");

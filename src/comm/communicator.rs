@@ -19,7 +19,7 @@ use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
-use crate::transport::acceptor::{self, Acceptor};
+use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
 use crate::transport::{Endpoint, LinkKind, PeerLink};
@@ -107,6 +107,7 @@ pub fn create_root_info(env: &EnvConfig) -> Result<RootInfo> {
         RootListener::Tcp(listener),
         token,
         Instant::now() + env.connect_timeout,
+        Whitelist::from_env(env)?,
     )?;
     log::info!("root info: rendezvous at {addr} (interface {})", local.name);
     Ok(RootInfo {
@@ -169,7 +170,7 @@ impl Communicator {
                     e.context("rank 0 cannot create the rendezvous socket (is another job using this rank table?)")
                 })?,
             };
-            bootstrap::serve_root(listener, key, dl)?;
+            bootstrap::serve_root(listener, key, dl, Whitelist::from_env(&cfg.env)?)?;
         }
         let mut me = my_record(rank, &cfg)?;
         let (server, dev) = rt.rank(rank).expect("rank checked");

@@ -17,41 +17,49 @@ fn idx(ctx: &Ctx, k: i64) -> usize {
     (ctx.me as i64 + k).rem_euclid(ctx.n as i64) as usize
 }
 
-/// Ring reduce-scatter over `blocks` (first, len in elements) of buffer `buf`, after which rank
-/// me holds the full reduction of block `me + 1 + shift`.
-fn rs_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], shift: i64) {
+/// n-1 ring steps over `blocks` (first, len in elements) of `buf`: at step k rank me sends
+/// block `me + shift - k` right and receives block `me + shift - k - 1` from the left, reducing
+/// it in when `reduce` is set.
+fn ring_steps(
+    s: &mut Schedule,
+    ctx: &Ctx,
+    buf: Buf,
+    blocks: &[(usize, usize)],
+    shift: i64,
+    reduce: bool,
+) {
     let es = ctx.elem;
     for k in 0..ctx.n as i64 - 1 {
         let sb = blocks[idx(ctx, shift - k)];
         let rb = blocks[idx(ctx, shift - k - 1)];
+        let dst = Span::new(buf, rb.0 * es, rb.1 * es);
         let st = s.step();
         st.push(Action::Send {
             peer: right(ctx),
             src: Span::new(buf, sb.0 * es, sb.1 * es),
         });
-        st.push(Action::RecvReduce {
-            peer: left(ctx),
-            dst: Span::new(buf, rb.0 * es, rb.1 * es),
+        st.push(if reduce {
+            Action::RecvReduce {
+                peer: left(ctx),
+                dst,
+            }
+        } else {
+            Action::Recv {
+                peer: left(ctx),
+                dst,
+            }
         });
     }
 }
 
-/// Ring allgather over `blocks` of `buf`, where rank me starts holding block `me + shift`.
+/// Ring reduce-scatter, after which rank me holds the full reduction of block `me + 1 + shift`.
+fn rs_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], shift: i64) {
+    ring_steps(s, ctx, buf, blocks, shift, true);
+}
+
+/// Ring allgather, where rank me starts holding block `me + shift`.
 fn ag_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], shift: i64) {
-    let es = ctx.elem;
-    for k in 0..ctx.n as i64 - 1 {
-        let sb = blocks[idx(ctx, shift - k)];
-        let rb = blocks[idx(ctx, shift - k - 1)];
-        let st = s.step();
-        st.push(Action::Send {
-            peer: right(ctx),
-            src: Span::new(buf, sb.0 * es, sb.1 * es),
-        });
-        st.push(Action::Recv {
-            peer: left(ctx),
-            dst: Span::new(buf, rb.0 * es, rb.1 * es),
-        });
-    }
+    ring_steps(s, ctx, buf, blocks, shift, false);
 }
 
 /// Ring AllReduce: reduce-scatter then allgather, in the output buffer.

@@ -372,9 +372,6 @@ impl Communicator {
             Ok(())
         })();
         if let Err(e) = res {
-            if let Some(f) = &fabric {
-                f.leave(rank as usize);
-            }
             return Err(e.context(format!("comm {name} rank {rank}: connecting to peers")));
         }
         let peers: Vec<PeerLink> = (0..n)

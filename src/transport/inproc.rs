@@ -34,7 +34,9 @@ struct Mailbox {
 pub struct InprocFabric {
     n: usize,
     boxes: Vec<Mailbox>,
-    bells: Vec<Mutex<Option<Arc<Doorbell>>>>,
+    /// Each rank's doorbell, set once when it joins (lock-free to ring: it is on every message's
+    /// path). A rank that left keeps its entry; ringing it is harmless.
+    bells: Vec<OnceLock<Arc<Doorbell>>>,
     failed: AtomicBool,
     fail_msg: Mutex<String>,
 }
@@ -72,7 +74,7 @@ impl InprocFabric {
                 let f = Arc::new(InprocFabric {
                     n,
                     boxes: (0..n * n).map(|_| Mailbox::default()).collect(),
-                    bells: (0..n).map(|_| Mutex::new(None)).collect(),
+                    bells: (0..n).map(|_| OnceLock::new()).collect(),
                     failed: AtomicBool::new(false),
                     fail_msg: Mutex::new(String::new()),
                 });
@@ -80,21 +82,13 @@ impl InprocFabric {
                 f
             }
         };
-        let mut slot = fabric.bells[rank].lock();
-        if slot.is_some() {
+        if fabric.bells[rank].set(bell).is_err() {
             return Err(Error::new(
                 ErrorKind::Para,
                 format!("rank {rank} joined the same communicator twice in this process"),
             ));
         }
-        *slot = Some(bell);
-        drop(slot);
         Ok(fabric)
-    }
-
-    /// Removes `rank` from the fabric (its doorbell is no longer rung).
-    pub fn leave(&self, rank: usize) {
-        *self.bells[rank].lock() = None;
     }
 
     fn mailbox(&self, src: usize, dst: usize) -> &Mailbox {
@@ -102,7 +96,7 @@ impl InprocFabric {
     }
 
     fn ring(&self, rank: usize) {
-        if let Some(b) = &*self.bells[rank].lock() {
+        if let Some(b) = self.bells[rank].get() {
             b.ring();
         }
     }
@@ -112,10 +106,8 @@ impl InprocFabric {
         if !self.failed.swap(true, Ordering::SeqCst) {
             *self.fail_msg.lock() = msg.to_string();
         }
-        for slot in &self.bells {
-            if let Some(b) = &*slot.lock() {
-                b.ring();
-            }
+        for b in self.bells.iter().filter_map(OnceLock::get) {
+            b.ring();
         }
     }
 

@@ -561,11 +561,3 @@ impl Endpoint {
         self.broken = Some(why.clone());
     }
 }
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        if let Some(f) = &self.fabric {
-            f.leave(self.me as usize);
-        }
-    }
-}

@@ -62,6 +62,10 @@ pub enum LinkKind {
     Tcp,
 }
 
+/// How long a rank that saw one peer close waits for other closed links to show, so that its
+/// error names the peer that was actually lost.
+const LOST_PEER_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
 enum Link {
     Local,
     Memory,
@@ -475,9 +479,40 @@ impl Endpoint {
     /// closed too: when one host dies, the ranks that notice first abort and close their own
     /// links, so the first closed link a rank sees may not be the peer that was lost.
     fn note_lost_tcp_peers(&self, failed: usize, e: Error) -> Error {
-        let lost: Vec<usize> = (0..self.links.len())
-            .filter(|&q| q != failed && matches!(&self.links[q], Link::Tcp(t) if t.hung_up()))
-            .collect();
+        let others = |q: &usize| *q != failed && matches!(&self.links[*q], Link::Tcp(_));
+        let lost_now = || -> Vec<usize> {
+            (0..self.links.len())
+                .filter(|q| others(q) && matches!(&self.links[*q], Link::Tcp(t) if t.hung_up()))
+                .collect()
+        };
+        // The peer that really died closed its sockets first, but its close may reach this
+        // rank after the close of a survivor that noticed sooner: give it a moment to show.
+        let deadline = Instant::now() + LOST_PEER_GRACE;
+        let mut lost = lost_now();
+        while lost.is_empty() && e.kind == ErrorKind::TcpTransfer {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut fds: Vec<libc::pollfd> = (0..self.links.len())
+                .filter(others)
+                .filter_map(|q| match &self.links[q] {
+                    Link::Tcp(t) => Some(libc::pollfd {
+                        fd: t.fd(),
+                        events: libc::POLLRDHUP,
+                        revents: 0,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            if fds.is_empty() {
+                break;
+            }
+            let slice = left.as_millis().clamp(1, 10) as i32;
+            // SAFETY: polls valid descriptors owned by this endpoint's links.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, slice) };
+            lost = lost_now();
+        }
         if lost.is_empty() {
             return e;
         }

@@ -78,10 +78,12 @@ pub struct CostModel {
 }
 
 impl CostModel {
-    /// Defaults for a communicator: level0 is memory when every rank is a thread of one
-    /// process, host IPC otherwise; level1 is the network.
+    /// Defaults for a communicator; level1 is the network. Level0 is host IPC when the ranks
+    /// of a single host talk over sockets (`HCCL_INTRA_ROCE_ENABLE`), memory otherwise: within
+    /// a host ranks use process memory or shared memory, and when sockets appear among several
+    /// hosts they carry only the traffic between hosts.
     pub fn for_ctx(ctx: &Ctx) -> CostModel {
-        let l0 = if ctx.network {
+        let l0 = if ctx.network && ctx.topo.hosts().len() <= 1 {
             LinkKind::HostIpc
         } else {
             LinkKind::Memory

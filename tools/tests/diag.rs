@@ -1,26 +1,15 @@
 //! `hccl_diag` on one host: a healthy run, and bootstrap failures with their hints.
 
+mod common;
+
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
 fn diag(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hccl_diag"));
     c.args(args);
-    for v in [
-        "HCCL_RANK",
-        "HCCL_WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "HCCL_ROOT_ADDR",
-        "HCCL_CONNECT_TIMEOUT",
-        "HCCL_EXEC_TIMEOUT",
-    ] {
+    let extra = ["HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT"];
+    for v in common::LAUNCHER_VARS.iter().chain(&extra) {
         c.env_remove(v);
     }
     c

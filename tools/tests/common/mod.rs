@@ -35,25 +35,28 @@ pub const BINS: [&str; 9] = [
     "send_recv_test",
 ];
 
+/// Launcher variables of the surrounding environment, which would otherwise decide the ranks
+/// of a tool started by a test.
+pub const LAUNCHER_VARS: [&str; 11] = [
+    "HCCL_RANK",
+    "HCCL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HCCL_ROOT_ADDR",
+];
+
 /// A command for `name` with `args`, with launcher variables of the test environment removed
 /// so that only `-t` or the test's own variables decide the ranks.
 pub fn cmd(name: &str, args: &[&str]) -> Command {
     let mut c = Command::new(bin(name));
     c.args(args);
-    for v in [
-        "HCCL_RANK",
-        "HCCL_WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "HCCL_ROOT_ADDR",
-        "HCCL_TEST_FAULT_INJECT",
-    ] {
+    for v in LAUNCHER_VARS.iter().chain(&["HCCL_TEST_FAULT_INJECT"]) {
         c.env_remove(v);
     }
     c

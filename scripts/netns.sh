@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # A test bed of K "hosts" on one machine: K network namespaces, each with one veth link
 # ("eth0") plugged into a private bridge, addresses 198.18.0.1 … 198.18.0.K/24 (198.18.0.0/15 is
-# the range set aside for benchmarking; nothing here touches any other range), optional tc
+# the range set aside for benchmarking), optionally also 2001:2::1 … 2001:2::K/64 (2001:2::/48,
+# the IPv6 benchmarking range of RFC 5180; nothing here touches any other range), optional tc
 # shaping per host link. Every object is named with a per-invocation prefix so parallel test
 # runs never collide, and everything made is removed again — on `down`, on exit of `run`
 # (trap), and by `gc` for sets whose owning process died without cleaning up.
 #
 # Usage (root, iproute2):
-#   netns.sh up K [--owner PID] [--rate RATE] [--delay DELAY] [--shape I=RATE[/DELAY]]...
+#   netns.sh up K [--owner PID] [--ipv6] [--rate RATE] [--delay DELAY] [--shape I=RATE[/DELAY]]...
 #       Creates the bed and prints shell assignments: NETNS_PREFIX, NETNS_HOSTS, NS_<i>, IP_<i>,
-#       DEV_<i> (i = 0..K-1). --owner: the bed is removed by `gc` once PID has exited
-#       (default: the caller's parent). --rate/--delay shape every host link, --shape one host
-#       link (both directions; tbf for rate, netem for delay).
+#       DEV_<i> (i = 0..K-1), and with --ipv6 also IP6_<i>. --owner: the bed is removed by `gc`
+#       once PID has exited (default: the caller's parent). --ipv6: every host's eth0 also gets
+#       the IPv6 address IP6_<i>, usable at once (no duplicate address detection). --rate/--delay
+#       shape every host link, --shape one host link (both directions; tbf for rate, netem for
+#       delay).
 #   netns.sh down PREFIX          Removes the bed PREFIX (kills what still runs inside it).
 #   netns.sh exec PREFIX I CMD... Runs CMD inside host I of bed PREFIX.
 #   netns.sh run K [up options] -- CMD...
@@ -22,6 +25,9 @@ set -Eeuo pipefail
 
 STATE=/run/hccl-netns
 SUBNET=198.18.0
+# Host i gets ${SUBNET6}<i+1>, the number written in decimal so that it reads like the IPv4
+# one (2001:2::12 beside 198.18.0.12); distinct decimal numbers stay distinct as hex groups.
+SUBNET6=2001:2::
 IP=$(command -v ip || echo /usr/sbin/ip)
 TC=$(command -v tc || echo /usr/sbin/tc)
 
@@ -89,11 +95,12 @@ cmd_up() {
     local k=$1
     shift
     [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le 200 ] || die "host count must be 1..200, got $k"
-    local owner=$PPID rate="" delay=""
+    local owner=$PPID rate="" delay="" ipv6=0
     declare -A srate sdelay
     while [ $# -gt 0 ]; do
         case "$1" in
         --owner) owner=$2; shift 2 ;;
+        --ipv6) ipv6=1; shift ;;
         --rate) rate=$2; shift 2 ;;
         --delay) delay=$2; shift 2 ;;
         --shape)
@@ -115,7 +122,9 @@ cmd_up() {
     echo "$owner" >"$STATE/$p.owner"
     # From here on any failure (a failed command or die) leaves no half-made bed behind.
     trap 'rc=$?; [ $rc -eq 0 ] || cmd_down '"$p"' >/dev/null 2>&1' EXIT
-    "$IP" link add "${p}br" type bridge
+    # No multicast snooping: IPv6 neighbour discovery uses multicast, which must reach every
+    # host whether or not the bridge has seen its membership report yet.
+    "$IP" link add "${p}br" type bridge mcast_snooping 0
     "$IP" link set "${p}br" up
     echo "NETNS_PREFIX=$p"
     echo "NETNS_HOSTS=$k"
@@ -132,6 +141,19 @@ cmd_up() {
         "$IP" -n "$ns" link set lo up
         "$IP" -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0
         "$IP" -n "$ns" link set eth0 up
+        if [ "$ipv6" -eq 1 ]; then
+            # A machine whose defaults disable IPv6 may hand that on to new namespaces.
+            "$IP" netns exec "$ns" sh -c 'echo 0 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6' ||
+                die "cannot enable IPv6 in host $i (kernel without IPv6?)"
+            # nodad: the address is usable at once instead of "tentative" until duplicate
+            # address detection ends (nothing else on this private bridge can own it).
+            "$IP" -n "$ns" addr add "${SUBNET6}$((i + 1))/64" dev eth0 nodad
+            # A check, not a wait: with nodad the address must already be usable. (The
+            # link-local address may still be tentative; nothing here uses it.)
+            if [ -n "$("$IP" -n "$ns" -6 addr show dev eth0 to "${SUBNET6}$((i + 1))/128" tentative)" ]; then
+                die "IPv6 address of host $i is still tentative"
+            fi
+        fi
         r=${srate[$i]:-$rate}
         d=${sdelay[$i]:-$delay}
         if [ -n "$r$d" ]; then
@@ -141,6 +163,7 @@ cmd_up() {
         fi
         echo "NS_$i=$ns"
         echo "IP_$i=$SUBNET.$((i + 1))"
+        if [ "$ipv6" -eq 1 ]; then echo "IP6_$i=${SUBNET6}$((i + 1))"; fi
         echo "DEV_$i=$veth"
     done
     trap - EXIT

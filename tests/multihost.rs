@@ -1,7 +1,7 @@
 //! Ranks on several "hosts": network namespaces made by `scripts/netns.sh`, joined by veth
-//! links and a bridge, addresses in 198.18.0.0/15. Each host runs one process (this test binary
-//! re-executed with `ip netns exec`), holding one or more ranks as threads; ranks of different
-//! hosts talk only over those addresses.
+//! links and a bridge, addresses in 198.18.0.0/15 and, for the IPv6 tests, 2001:2::/48. Each
+//! host runs one process (this test binary re-executed with `ip netns exec`), holding one or
+//! more ranks as threads; ranks of different hosts talk only over those addresses.
 //!
 //! The tests need root and iproute2 (CI has both via scripts/setup.sh). Without them each test
 //! prints why it is skipped; with them any failure to build the test bed fails the test.
@@ -10,10 +10,12 @@ mod common;
 
 use common::cases::*;
 use common::*;
+use hccl::comm::root_info::RootInfo;
 use hccl::ffi::coll_api::*;
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
 use std::ffi::CString;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::ptr::null_mut;
@@ -31,11 +33,46 @@ const FAULT_TIMEOUT_S: u64 = 3;
 // ------------------------------------------------------------------------------------------
 // The test bed.
 
+/// The address family a job runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fam {
+    V4,
+    V6,
+}
+
+impl Fam {
+    /// `netns.sh up` options giving every host an address of this family.
+    fn bed_args(self) -> &'static [&'static str] {
+        match self {
+            Fam::V4 => &[],
+            Fam::V6 => &["--ipv6"],
+        }
+    }
+
+    /// Environment selecting this family for interface choice (IPv4 is the default).
+    fn env(self) -> Vec<(String, String)> {
+        match self {
+            Fam::V4 => Vec::new(),
+            Fam::V6 => vec![kv("HCCL_SOCKET_FAMILY", "AF_INET6")],
+        }
+    }
+
+    /// An address in the bed's subnet that no host has.
+    fn unassigned(self) -> &'static str {
+        match self {
+            Fam::V4 => "198.18.0.200",
+            Fam::V6 => "2001:2::200",
+        }
+    }
+}
+
 /// A set of namespaces, removed again on drop (also when the test panics).
 struct Bed {
     prefix: String,
     ns: Vec<String>,
     ip: Vec<String>,
+    /// IPv6 addresses, when the bed was made with `--ipv6`.
+    ip6: Vec<String>,
 }
 
 fn script() -> PathBuf {
@@ -68,20 +105,35 @@ fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let get = |key: &str| {
+    let find = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("netns.sh printed no {key}:\n{text}"))
-            .to_string()
+            .map(str::to_string)
     };
+    let get = |key: &str| find(key).unwrap_or_else(|| panic!("netns.sh printed no {key}:\n{text}"));
+    let ip6: Vec<String> = (0..k).filter_map(|i| find(&format!("IP6_{i}"))).collect();
+    assert_eq!(
+        ip6.len(),
+        if extra.contains(&"--ipv6") { k } else { 0 },
+        "IPv6 addresses printed by netns.sh:\n{text}"
+    );
     Some(Bed {
         prefix: get("NETNS_PREFIX"),
         ns: (0..k).map(|i| get(&format!("NS_{i}"))).collect(),
         ip: (0..k).map(|i| get(&format!("IP_{i}"))).collect(),
+        ip6,
     })
 }
 
 impl Bed {
+    /// The address of host `h` in family `fam`.
+    fn addr(&self, h: usize, fam: Fam) -> &str {
+        match fam {
+            Fam::V4 => &self.ip[h],
+            Fam::V6 => &self.ip6[h],
+        }
+    }
+
     /// Starts this test binary in host `h` as the rank process of `test` with `env`.
     fn spawn(&self, h: usize, test: &str, env: &[(String, String)]) -> Spawned {
         let mut c = Command::new("ip");
@@ -159,8 +211,13 @@ fn finish_ok(kids: Vec<(Spawned, Vec<String>)>, what: &str) -> Vec<ChildOutput> 
 }
 
 /// Starts one process per host with the ranks `layout[h]`, rendezvousing through a root info
-/// made in host 0, and waits for all of them.
-fn run_job(bed: &Bed, test: &str, layout: &[std::ops::Range<u32>], env: &[Vec<(String, String)>]) {
+/// made in host 0, and waits for all of them; returns the root info and every host's output.
+fn run_job(
+    bed: &Bed,
+    test: &str,
+    layout: &[std::ops::Range<u32>],
+    env: &[Vec<(String, String)>],
+) -> (RootInfo, Vec<ChildOutput>) {
     let n = layout.iter().map(|r| r.len() as u32).sum::<u32>();
     let mut kids = Vec::new();
     let mut root = String::new();
@@ -178,7 +235,49 @@ fn run_job(bed: &Bed, test: &str, layout: &[std::ops::Range<u32>], env: &[Vec<(S
         }
         kids.push((s, seen));
     }
-    finish_ok(kids, test);
+    let outs = finish_ok(kids, test);
+    let info = RootInfo::decode(&hex_decode(&root)).expect("root info printed by host 0");
+    (info, outs)
+}
+
+/// `ip` as it appears before `:port` in a socket address (IPv6 in brackets, RFC 3986).
+fn host_part(ip: &str) -> String {
+    match ip.parse::<IpAddr>().expect("an IP address") {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+    }
+}
+
+/// Asserts from a process's INFO log (`ASCEND_GLOBAL_LOG_LEVEL=1`) that its data listener was
+/// on `ip`.
+fn assert_listened(o: &ChildOutput, who: &str, ip: &str) {
+    let want = format!("data listener on {}:", host_part(ip));
+    assert!(
+        o.stderr.contains(&want),
+        "{who}: no `{want}<port>` in the log:\n{}",
+        tail(&o.stderr, 3000)
+    );
+}
+
+/// Asserts that a job ran entirely over the bed's `fam` addresses: the root info carries host
+/// 0's address, host 0 logged the rendezvous there, and every host listened for data links on
+/// its own address (so that is where every peer connected).
+fn assert_job_used(bed: &Bed, fam: Fam, info: &RootInfo, outs: &[ChildOutput]) {
+    let root_ip: IpAddr = bed.addr(0, fam).parse().unwrap();
+    assert_eq!(info.addr.ip(), root_ip, "address in the root info");
+    let rendezvous = format!(
+        "root info: rendezvous at {}:{}",
+        host_part(bed.addr(0, fam)),
+        info.addr.port()
+    );
+    assert!(
+        outs[0].stderr.contains(&rendezvous),
+        "host 0: no `{rendezvous}` in the log:\n{}",
+        tail(&outs[0].stderr, 3000)
+    );
+    for (h, o) in outs.iter().enumerate() {
+        assert_listened(o, &format!("host {h}"), bed.addr(h, fam));
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -351,19 +450,57 @@ fn role_of(role: &str) -> String {
 // ------------------------------------------------------------------------------------------
 // Tests.
 
+/// Two hosts of one rank each over `fam`, every operation.
+fn two_hosts_case(test: &str, fam: Fam) {
+    let Some(bed) = bed(2, fam.bed_args()) else {
+        return;
+    };
+    // Three sockets per peer: parts of uneven count, striping across all of them.
+    let mut env = vec![
+        kv("HCCL_SOCKET_NUM_PER_PEER", 3),
+        kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
+    ];
+    env.extend(fam.env());
+    let (info, outs) = run_job(&bed, test, &[0..1, 1..2], &[env.clone(), env]);
+    assert_job_used(&bed, fam, &info, &outs);
+}
+
 #[test]
 fn two_hosts_one_rank_each_all_ops() {
     if child_role() {
         return;
     }
-    let Some(bed) = bed(2, &[]) else { return };
-    // Three sockets per peer: parts of uneven count, striping across all of them.
-    let env = vec![kv("HCCL_SOCKET_NUM_PER_PEER", 3)];
-    run_job(
-        &bed,
-        "two_hosts_one_rank_each_all_ops",
-        &[0..1, 1..2],
-        &[env.clone(), env],
+    two_hosts_case("two_hosts_one_rank_each_all_ops", Fam::V4);
+}
+
+#[test]
+fn two_hosts_ipv6_all_ops() {
+    if child_role() {
+        return;
+    }
+    two_hosts_case("two_hosts_ipv6_all_ops", Fam::V6);
+}
+
+/// Hosts of 1, 2 and 3 ranks over `fam`, every operation; each host says which interface to
+/// use in one of the documented ways.
+fn three_asymmetric_case(test: &str, fam: Fam) {
+    let Some(bed) = bed(3, fam.bed_args()) else {
+        return;
+    };
+    let log = kv("ASCEND_GLOBAL_LOG_LEVEL", 1);
+    // HCCL_IF_IP alone decides, whatever its family: host 0 sets no HCCL_SOCKET_FAMILY.
+    let mut env = vec![vec![kv("HCCL_IF_IP", bed.addr(0, fam)), log.clone()]];
+    for ifname in ["=eth0", "^lo,docker"] {
+        let mut e = vec![kv("HCCL_SOCKET_IFNAME", ifname), log.clone()];
+        e.extend(fam.env());
+        env.push(e);
+    }
+    let (info, outs) = run_job(&bed, test, &[0..1, 1..3, 3..6], &env);
+    assert_job_used(&bed, fam, &info, &outs);
+    assert!(
+        outs[0].stderr.contains("(interface HCCL_IF_IP)"),
+        "host 0 did not take HCCL_IF_IP:\n{}",
+        tail(&outs[0].stderr, 3000)
     );
 }
 
@@ -372,27 +509,22 @@ fn three_asymmetric_hosts_all_ops() {
     if child_role() {
         return;
     }
-    let Some(bed) = bed(3, &[]) else { return };
-    // Each host says which interface to use in one of the documented ways.
-    let env = vec![
-        vec![kv("HCCL_IF_IP", &bed.ip[0])],
-        vec![kv("HCCL_SOCKET_IFNAME", "=eth0")],
-        vec![kv("HCCL_SOCKET_IFNAME", "^lo,docker")],
-    ];
-    run_job(
-        &bed,
-        "three_asymmetric_hosts_all_ops",
-        &[0..1, 1..3, 3..6],
-        &env,
-    );
+    three_asymmetric_case("three_asymmetric_hosts_all_ops", Fam::V4);
 }
 
 #[test]
-fn rank_table_across_hosts() {
+fn three_asymmetric_hosts_ipv6_all_ops() {
     if child_role() {
         return;
     }
-    let Some(bed) = bed(2, &[]) else { return };
+    three_asymmetric_case("three_asymmetric_hosts_ipv6_all_ops", Fam::V6);
+}
+
+/// A two-server rank table with `fam` addresses, every operation.
+fn rank_table_case(test: &str, fam: Fam) {
+    let Some(bed) = bed(2, fam.bed_args()) else {
+        return;
+    };
     // Server A: rank 0 on host 0; server B: ranks 1 and 2, separate processes on host 1.
     // Rank 0's device_ip:device_port is where the job rendezvouses.
     let dir = std::env::temp_dir().join(format!("{}-table", bed.prefix));
@@ -403,28 +535,28 @@ fn rank_table_across_hosts() {
             r#"{{"device_id": "{id}", "device_ip": "{ip}", "device_port": "{port}", "rank_id": "{rank}"}}"#
         )
     };
+    let (a, b) = (bed.addr(0, fam), bed.addr(1, fam));
     let doc = format!(
         r#"{{"status": "completed", "version": "1.0", "server_count": "2", "server_list": [
             {{"server_id": "A", "host_ip": "{a}", "device": [{d0}]}},
             {{"server_id": "B", "host_ip": "{b}", "device": [{d1}, {d2}]}}]}}"#,
-        a = bed.ip[0],
-        b = bed.ip[1],
-        d0 = dev(0, &bed.ip[0], 61017, 0),
-        d1 = dev(0, &bed.ip[1], 61017, 1),
-        d2 = dev(1, &bed.ip[1], 61018, 2),
+        d0 = dev(0, a, 61017, 0),
+        d1 = dev(0, b, 61017, 1),
+        d2 = dev(1, b, 61018, 2),
     );
     std::fs::write(&path, doc).unwrap();
-    let test = "rank_table_across_hosts";
-    let kids: Vec<(Spawned, Vec<String>)> = [(0usize, 0u32), (1, 1), (1, 2)]
+    let procs = [(0usize, 0u32), (1, 1), (1, 2)];
+    let kids: Vec<(Spawned, Vec<String>)> = procs
         .into_iter()
         .map(|(h, rank)| {
-            let env = [
+            let mut env = vec![
                 kv(RANKS, rank),
                 kv(NRANKS, 3),
                 kv(TABLE, path.display()),
                 kv("HCCL_MH_BODY", "all_ops"),
                 kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
             ];
+            env.extend(fam.env());
             (bed.spawn(h, test, &env), Vec::new())
         })
         .collect();
@@ -438,24 +570,54 @@ fn rank_table_across_hosts() {
         .find(|l| l.contains("rank 0 of 3 ready"))
         .unwrap_or_else(|| panic!("no ready line:\n{}", tail(&outs[0].stderr, 3000)));
     assert!(ready.contains(" 2 network peers"), "{ready}");
+    for ((h, rank), o) in procs.iter().zip(&outs) {
+        assert_listened(o, &format!("rank {rank}"), bed.addr(*h, fam));
+    }
 }
 
 #[test]
-fn whitelist_refuses_unlisted_host() {
+fn rank_table_across_hosts() {
     if child_role() {
         return;
     }
-    let Some(bed) = bed(2, &[]) else { return };
+    rank_table_case("rank_table_across_hosts", Fam::V4);
+}
+
+#[test]
+fn rank_table_across_hosts_ipv6() {
+    if child_role() {
+        return;
+    }
+    rank_table_case("rank_table_across_hosts_ipv6", Fam::V6);
+}
+
+/// Rank 1's host admits only its whitelisted address: first host 0's `fam` address (the job
+/// runs), then an address nobody has (rank 0's data connection is refused, and both sides
+/// say so). Host 0, where the root runs, admits both hosts, so its root matches both ranks'
+/// addresses against its whitelist.
+fn whitelist_case(test: &str, fam: Fam) {
+    let Some(bed) = bed(2, fam.bed_args()) else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("{}-wl", bed.prefix));
     std::fs::create_dir_all(&dir).unwrap();
-    let test = "whitelist_refuses_unlisted_host";
-    for (listed, admitted) in [(bed.ip[0].as_str(), true), ("198.18.0.200", false)] {
-        let wl = dir.join(format!("wl-{admitted}.json"));
+    let write_wl = |name: &str, hosts: &[&str]| {
+        let path = dir.join(name);
+        let list = hosts
+            .iter()
+            .map(|h| format!("\"{h}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
         std::fs::write(
-            &wl,
-            format!(r#"{{"host_ip": ["{listed}"], "device_ip": []}}"#),
+            &path,
+            format!(r#"{{"host_ip": [{list}], "device_ip": []}}"#),
         )
         .unwrap();
+        path
+    };
+    let root_wl = write_wl("wl-root.json", &[bed.addr(0, fam), bed.addr(1, fam)]);
+    for (listed, admitted) in [(bed.addr(0, fam), true), (fam.unassigned(), false)] {
+        let wl = write_wl(&format!("wl-{admitted}.json"), &[listed]);
         // Rank 0 connects to rank 1, whose host admits only `listed`.
         let guarded = vec![
             kv("HCCL_WHITELIST_DISABLE", 0),
@@ -478,7 +640,11 @@ fn whitelist_refuses_unlisted_host() {
                     },
                 ),
             ];
-            if h == 1 {
+            e.extend(fam.env());
+            if h == 0 {
+                e.push(kv("HCCL_WHITELIST_DISABLE", 0));
+                e.push(kv("HCCL_WHITELIST_FILE", root_wl.display()));
+            } else {
                 e.extend(guarded.clone());
                 e.push(kv(ROOT, &root));
             }
@@ -503,7 +669,8 @@ fn whitelist_refuses_unlisted_host() {
                 o.stdout
             );
         }
-        let refused = format!("refused data connection from {}", bed.ip[0]);
+        // The refused peer is named by host 0's own address of this family.
+        let refused = format!("refused data connection from {}", bed.addr(0, fam));
         assert!(
             outs[1].stderr.contains(&refused),
             "{}",
@@ -516,6 +683,22 @@ fn whitelist_refuses_unlisted_host() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn whitelist_refuses_unlisted_host() {
+    if child_role() {
+        return;
+    }
+    whitelist_case("whitelist_refuses_unlisted_host", Fam::V4);
+}
+
+#[test]
+fn whitelist_refuses_unlisted_host_ipv6() {
+    if child_role() {
+        return;
+    }
+    whitelist_case("whitelist_refuses_unlisted_host_ipv6", Fam::V6);
 }
 
 /// Starts `hosts` processes of one rank each looping AllReduce, applies `fault` once every rank

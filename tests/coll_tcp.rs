@@ -20,18 +20,21 @@ const MOVE: u32 = FP8E4M3;
 
 /// Runs `body` in a child process with the network link forced, or is that child.
 fn in_tcp_child(test: &str, body: fn()) {
+    in_tcp_child_with(test, &[], body);
+}
+
+/// [`in_tcp_child`] with extra environment for the child.
+fn in_tcp_child_with(test: &str, extra: &[(&str, &str)], body: fn()) {
     if is_child() {
         body();
     } else {
-        let out = run_self(
-            test,
-            &[
-                ("HCCL_INTRA_ROCE_ENABLE", "1"),
-                ("ASCEND_GLOBAL_LOG_LEVEL", "1"),
-                ("HCCL_EXEC_TIMEOUT", "120"),
-            ],
-            TIMEOUT,
-        );
+        let mut env = vec![
+            ("HCCL_INTRA_ROCE_ENABLE", "1"),
+            ("ASCEND_GLOBAL_LOG_LEVEL", "1"),
+            ("HCCL_EXEC_TIMEOUT", "120"),
+        ];
+        env.extend_from_slice(extra);
+        let out = run_self(test, &env, TIMEOUT);
         // The links really were TCP: every communicator reported zero memory peers.
         assert!(
             out.stderr.contains("(0 memory peers"),
@@ -148,6 +151,59 @@ fn tcp_movement() {
 #[test]
 fn tcp_p2p_group_barrier() {
     in_tcp_child("tcp_p2p_group_barrier", tcp_p2p_body);
+}
+
+/// Operations whose one-piece schedules need several MiB of scratch (ring ReduceScatter and
+/// Reduce over the network), run with a 1 MiB staging budget: results stay exact and the
+/// communicator never holds more scratch than the budget.
+fn budget(r: &Rank) {
+    let mut k = 0u32;
+    for (dt, op) in [(FP32, SUM), (INT8, MAX), (BF16, PROD)] {
+        for count in [300_001usize, 1_000_000] {
+            k += 1;
+            allreduce_case(r, r.comm, dt, op, count, k.is_multiple_of(2), 0);
+            reduce_case(r, dt, op, count, k % r.n, k.is_multiple_of(3), false);
+            reduce_scatter_case(r, dt, op, count / 2, k % 2 == 1);
+            reduce_scatterv_case(r, dt, op, count / 2, k as usize);
+            allgather_case(r, dt, count / 3, k.is_multiple_of(2));
+            allgatherv_case(r, dt, count / 3, k as usize);
+            broadcast_case(r, dt, count, k % r.n);
+        }
+    }
+    let c = hccl::comm::registry::get(r.comm as usize).expect("live communicator");
+    r.check(c.scratch_bytes() <= 1 << 20, || {
+        format!(
+            "scratch {} bytes exceeds the 1 MiB budget",
+            c.scratch_bytes()
+        )
+    });
+}
+
+fn tcp_budget_body() {
+    for n in [2, 3] {
+        run_ranks(n, TIMEOUT, budget);
+    }
+}
+
+#[test]
+fn tcp_within_staging_budget() {
+    in_tcp_child_with(
+        "tcp_within_staging_budget",
+        &[("HCCL_BUFFSIZE", "1")],
+        tcp_budget_body,
+    );
+}
+
+#[test]
+fn tcp_within_staging_budget_rhd() {
+    in_tcp_child_with(
+        "tcp_within_staging_budget_rhd",
+        &[
+            ("HCCL_BUFFSIZE", "1"),
+            ("HCCL_ALGO", "level0:NA;level1:H-D_R"),
+        ],
+        tcp_budget_body,
+    );
 }
 
 // ------------------------------------------------------------------------------------------

@@ -204,7 +204,8 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
         return s;
     }
     let bytes = my.1 * es;
-    s.need_scratch(bytes * n as usize);
+    // Sized by the largest block, so every rank reserves the same scratch.
+    s.need_scratch(counts.iter().copied().max().unwrap_or(0) * es * n as usize);
     let slot = |p: u32| Span::new(Buf::Scratch, p as usize * bytes, bytes);
     let st = s.step();
     st.push(Action::Copy {
@@ -309,7 +310,7 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
             redirect_recv_to_scratch(a, base);
         }
     }
-    rs.need_scratch(base + my_bytes);
+    rs.need_scratch(base + blocks[0].1 * es);
     let mine = Span::new(Buf::Scratch, base, my_bytes);
     let st = rs.step();
     if me == root {

@@ -218,18 +218,21 @@ pub fn allreduce(ctx: &Ctx, count: usize) -> Schedule {
 pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
     let mut s = Schedule::new("rhd");
     let (es, n, me) = (ctx.elem, ctx.n, ctx.me);
-    let extent = counts
+    // Scratch holds the blocks back to back, whatever gaps the displacements leave.
+    let packed: Vec<usize> = super::ring::compact_blocks(counts)
         .iter()
-        .zip(displs)
-        .map(|(c, d)| c + d)
-        .max()
-        .unwrap_or(0);
-    s.need_scratch(extent * es);
-    let all_send = spans(Buf::Send, es, counts, displs, 0, n);
+        .map(|b| b.0)
+        .collect();
+    let displs_in = displs;
+    let displs = &packed[..];
+    s.need_scratch(counts.iter().sum::<usize>() * es);
     let all_work = spans(Buf::Scratch, es, counts, displs, 0, n);
     let st = s.step();
-    for (a, b) in all_send.iter().zip(&all_work) {
-        st.push(Action::Copy { src: *a, dst: *b });
+    for q in (0..n as usize).filter(|&q| counts[q] > 0) {
+        st.push(Action::Copy {
+            src: Span::new(Buf::Send, displs_in[q] * es, counts[q] * es),
+            dst: Span::new(Buf::Scratch, displs[q] * es, counts[q] * es),
+        });
     }
     let f = Fold::new(n);
     let extra = me < 2 * f.r && me % 2 == 1;

@@ -85,24 +85,19 @@ pub fn allreduce(ctx: &Ctx, count: usize) -> Schedule {
     s
 }
 
-/// Ring ReduceScatter(V): the input is copied to scratch, reduced around the ring so that rank
-/// me finishes with block me, which is copied out.
+/// Ring ReduceScatter(V): the input blocks are copied next to each other into scratch (so
+/// scratch holds only the blocks, whatever gaps the displacements leave), reduced around the
+/// ring so that rank me finishes with block me, which is copied out.
 pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule {
     let mut s = Schedule::new("ring");
     let es = ctx.elem;
     let me = ctx.me as usize;
-    let extent = counts
-        .iter()
-        .zip(displs)
-        .map(|(c, d)| c + d)
-        .max()
-        .unwrap_or(0);
-    let blocks: Vec<(usize, usize)> = displs.iter().copied().zip(counts.iter().copied()).collect();
-    s.need_scratch(extent * es);
+    let blocks = compact_blocks(counts);
+    s.need_scratch(counts.iter().sum::<usize>() * es);
     let st = s.step();
-    for b in &blocks {
+    for (b, &d) in blocks.iter().zip(displs) {
         st.push(Action::Copy {
-            src: Span::new(Buf::Send, b.0 * es, b.1 * es),
+            src: Span::new(Buf::Send, d * es, b.1 * es),
             dst: Span::new(Buf::Scratch, b.0 * es, b.1 * es),
         });
     }
@@ -120,6 +115,18 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
         dst: Span::new(Buf::Recv, 0, blocks[me].1 * es),
     });
     s
+}
+
+/// Blocks of `counts` laid out back to back: `(first, len)` in elements.
+pub fn compact_blocks(counts: &[usize]) -> Vec<(usize, usize)> {
+    let mut at = 0;
+    counts
+        .iter()
+        .map(|&c| {
+            at += c;
+            (at - c, c)
+        })
+        .collect()
 }
 
 /// Ring AllGather(V) in the output buffer.

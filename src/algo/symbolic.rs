@@ -613,7 +613,7 @@ pub fn run(scheds: &[Schedule], coll_of: &dyn Fn(u32) -> Coll) -> Result<Report,
 }
 
 /// Builds every rank's schedule for `coll_of(rank)` with `algo` on `topo` (element size 1,
-/// network links) and checks it symbolically.
+/// network links) and checks it symbolically, and that every rank reserves the same scratch.
 pub fn check(
     topo: &Topo,
     coll_of: &dyn Fn(u32) -> Coll,
@@ -634,6 +634,14 @@ pub fn check(
             build(&coll_of(me), &ctx, algo)
         })
         .collect();
+    // Communicators cut large operations into segments by the scratch a schedule needs, a
+    // decision every rank must make alike.
+    if let Some(s) = scheds.iter().find(|s| s.scratch != scheds[0].scratch) {
+        return Err(format!(
+            "scratch differs between ranks ({} and {} bytes)",
+            scheds[0].scratch, s.scratch
+        ));
+    }
     run(&scheds, coll_of)
 }
 

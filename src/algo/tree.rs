@@ -73,7 +73,7 @@ struct Part<'a> {
     scratch_base: usize,
 }
 
-/// Adds one tree's actions to the per-round lists; returns the scratch bytes it uses.
+/// Adds one tree's actions to the per-round lists; returns the scratch bytes it reserves.
 fn tree_rounds(rounds: &mut Vec<Vec<Action>>, ctx: &Ctx, sh: &Shape, part: &Part) -> usize {
     let es = ctx.elem;
     let count = part.count;
@@ -135,7 +135,8 @@ fn tree_rounds(rounds: &mut Vec<Vec<Action>>, ctx: &Ctx, sh: &Shape, part: &Part
             });
         }
     }
-    kids.len() * count * es
+    // Room for two children on every rank, leaf or not: scratch is the same on all ranks.
+    2 * count * es
 }
 
 /// Double binary tree AllReduce in the output buffer.

@@ -13,6 +13,7 @@ use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
 use super::config::CommConfig;
 use super::rank_table::RankTable;
 use super::root_info::RootInfo;
+use super::segment;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
@@ -43,9 +44,17 @@ pub struct OpArgs {
     pub ext: Vec<usize>,
 }
 
-/// The schedule chosen for one (operation, element size), reused by later calls of the same
-/// shape so the hot path neither selects nor builds.
-type Plan = Arc<algo::Schedule>;
+/// One schedule of a plan and where its buffers start, in bytes from the operation's buffers.
+struct Part {
+    sched: Arc<algo::Schedule>,
+    send_off: usize,
+    recv_off: usize,
+}
+
+/// The schedules chosen for one (operation, element size), reused by later calls of the same
+/// shape so the hot path neither selects nor builds: one schedule, or several run in turn over
+/// segments of the data when one would need more scratch than the staging budget.
+type Plan = Arc<[Part]>;
 
 /// Plans kept per communicator; beyond this the cache starts over (shapes rarely vary much).
 const MAX_PLANS: usize = 256;
@@ -510,48 +519,120 @@ impl Communicator {
             deterministic: self.cfg.deterministic != Deterministic::Off,
         };
         let key = (args.coll.clone(), args.dtype.size());
-        let sched = match inner.plans.get(&key) {
+        let plan = match inner.plans.get(&key) {
             Some(p) => p.clone(),
             None => {
-                let (algo, forced) = match self.cfg.algo_spec.forced(&args.coll) {
-                    Some(a) => (a, true),
-                    None => (algo::select::choose(&args.coll, &ctx), false),
-                };
-                let plan = Arc::new(algo::build(&args.coll, &ctx, algo));
+                let plan = self.make_plan(&mut inner, args, &ctx);
                 if inner.plans.len() >= MAX_PLANS {
                     inner.plans.clear();
                 }
                 inner.plans.insert(key, plan.clone());
-                self.log_choice(&mut inner, args, algo, forced);
                 plan
             }
         };
-        let words = sched.scratch.div_ceil(8);
+        let words = plan
+            .iter()
+            .map(|p| p.sched.scratch)
+            .max()
+            .unwrap_or(0)
+            .div_ceil(8);
         if inner.scratch.len() < words {
             inner.scratch.resize(words, 0);
         }
-        let bufs = Buffers {
-            send: args.send,
-            recv: args.recv,
-            scratch: inner.scratch.as_mut_ptr() as usize,
-            ext: args.ext.clone(),
-        };
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
-        // SAFETY: the ffi layer validated buffer sizes against the counts the schedule uses.
-        let r = unsafe { executor::run(&mut inner.ep, &sched, &bufs, red, dl) };
-        r.map_err(|e| {
-            let e = e.context(format!(
-                "comm {} rank {} {} ({} algorithm)",
-                self.name, self.rank, args.name, sched.algo
-            ));
-            // Only failures that broke the links poison the communicator; a call rejected
-            // before anything moved leaves it healthy.
-            if inner.ep.broken().is_some() {
-                self.record_async_error(&e);
+        let scratch = inner.scratch.as_mut_ptr() as usize;
+        for part in plan.iter() {
+            let bufs = Buffers {
+                send: args.send + part.send_off,
+                recv: args.recv + part.recv_off,
+                scratch,
+                ext: args.ext.clone(),
+            };
+            // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
+            // every segment addresses a slice of the operation's buffers.
+            let r = unsafe { executor::run(&mut inner.ep, &part.sched, &bufs, red, dl) };
+            r.map_err(|e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} algorithm)",
+                    self.name, self.rank, args.name, part.sched.algo
+                ));
+                // Only failures that broke the links poison the communicator; a call rejected
+                // before anything moved leaves it healthy.
+                if inner.ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Scratch bytes this communicator holds now.
+    pub fn scratch_bytes(&self) -> usize {
+        self.inner.lock().scratch.len() * 8
+    }
+
+    /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
+    /// the staging budget, otherwise as few equal segments as bring every schedule within it.
+    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Plan {
+        let forced = self.cfg.algo_spec.forced(&args.coll);
+        let algo = forced.unwrap_or_else(|| algo::select::choose(&args.coll, ctx));
+        self.log_choice(inner, args, algo, forced.is_some());
+        let whole = algo::build(&args.coll, ctx, algo);
+        let limit = self.cfg.buffer_bytes.max(1);
+        let one = |sched| {
+            Arc::from(vec![Part {
+                sched,
+                send_off: 0,
+                recv_off: 0,
+            }])
+        };
+        if whole.scratch <= limit {
+            return one(Arc::new(whole));
+        }
+        let most = segment::max_parts(&args.coll);
+        let mut parts = whole.scratch.div_ceil(limit).min(most);
+        while let Some(segs) = segment::split(&args.coll, ctx.elem, ctx.me, ctx.n, parts) {
+            let mut built: Vec<(Coll, Part)> = Vec::with_capacity(segs.len());
+            for seg in segs {
+                // Equal segments share one schedule.
+                let sched = match built.iter().find(|(c, _)| *c == seg.coll) {
+                    Some((_, p)) => p.sched.clone(),
+                    None => {
+                        let a = forced.unwrap_or_else(|| algo::select::choose(&seg.coll, ctx));
+                        Arc::new(algo::build(&seg.coll, ctx, a))
+                    }
+                };
+                let part = Part {
+                    sched,
+                    send_off: seg.send_off,
+                    recv_off: seg.recv_off,
+                };
+                built.push((seg.coll, part));
             }
-            e
-        })
+            if built.iter().all(|(_, p)| p.sched.scratch <= limit) || parts >= most {
+                log::info!(
+                    "comm {} rank {}: {} would need {} bytes of scratch in one piece; it runs as \
+                     {parts} segments within the {limit} byte staging budget (HCCL_BUFFSIZE)",
+                    self.name,
+                    self.rank,
+                    args.name,
+                    whole.scratch,
+                );
+                return built.into_iter().map(|(_, p)| p).collect();
+            }
+            parts = (parts * 2).min(most);
+        }
+        log::warn!(
+            "comm {} rank {}: {} needs {} bytes of scratch, above the {limit} byte staging \
+             budget, and has no segmented form",
+            self.name,
+            self.rank,
+            args.name,
+            whole.scratch,
+        );
+        one(Arc::new(whole))
     }
 
     /// The host layout the algorithms use.

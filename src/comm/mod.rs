@@ -10,5 +10,6 @@ pub mod launch;
 pub mod rank_table;
 pub mod registry;
 pub mod root_info;
+pub mod segment;
 
 pub use communicator::{Communicator, OpArgs};

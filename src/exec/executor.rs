@@ -72,25 +72,23 @@ pub unsafe fn run(
 /// Rejects a step whose sends to this rank itself do not pair up with its receives from
 /// itself, before anything is posted (so a bad call leaves the communicator usable).
 fn check_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<()> {
-    let sends: Vec<usize> = step
-        .actions
-        .iter()
-        .filter_map(|a| match a {
+    // Iterators, not vectors: this runs on every step of every call.
+    let sends = || {
+        step.actions.iter().filter_map(move |a| match a {
             Action::Send { peer, src } if *peer == me => Some(src.len),
             _ => None,
         })
-        .collect();
-    let recvs: Vec<usize> = step
-        .actions
-        .iter()
-        .filter_map(|a| match a {
+    };
+    let recvs = || {
+        step.actions.iter().filter_map(move |a| match a {
             Action::Recv { peer, dst } | Action::RecvReduce { peer, dst } if *peer == me => {
                 Some(dst.len)
             }
             _ => None,
         })
-        .collect();
-    if sends != recvs {
+    };
+    if !sends().eq(recvs()) {
+        let (sends, recvs): (Vec<usize>, Vec<usize>) = (sends().collect(), recvs().collect());
         return Err(Error::new(
             ErrorKind::Para,
             format!(

@@ -1,0 +1,101 @@
+//! Steady state allocates nothing: once an operation of a given shape has run, repeating it
+//! (and the other collectives of a training step) makes no heap allocation anywhere in the
+//! process. A counting global allocator sees every allocation of every thread.
+
+mod common;
+
+use common::*;
+use hccl::ffi::coll_api::*;
+use hccl::ffi::comm_api::*;
+use hccl::ffi::types::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc_zeroed(l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(p, l, new)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// One "training step": the collectives a data-parallel step makes, on fixed buffers.
+fn step(comm: HcclComm, n: usize, a: &mut [f32], b: &mut [f32]) {
+    let big = a.len() / n;
+    let (pa, pb) = (a.as_mut_ptr() as *mut c_void, b.as_mut_ptr() as *mut c_void);
+    let fp32 = HcclDataType::HCCL_DATA_TYPE_FP32 as u32;
+    let sum = HcclReduceOp::HCCL_REDUCE_SUM as u32;
+    unsafe {
+        let ok = HcclResult::HCCL_SUCCESS;
+        assert_eq!(HcclAllReduce(pa, pb, big as u64, fp32, sum, comm, null_mut()), ok);
+        assert_eq!(HcclAllReduce(pa, pb, 2, fp32, sum, comm, null_mut()), ok);
+        assert_eq!(HcclAllGather(pa, pb, big as u64, fp32, comm, null_mut()), ok);
+        assert_eq!(HcclReduceScatter(pa, pb, big as u64, fp32, sum, comm, null_mut()), ok);
+        assert_eq!(HcclBroadcast(pa, big as u64, fp32, 0, comm, null_mut()), ok);
+        assert_eq!(HcclBarrier(comm, null_mut()), ok);
+    }
+}
+
+fn steady(n: usize) -> u64 {
+    let ri = root_info();
+    let bar = Arc::new(Barrier::new(n));
+    let delta = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (bar, delta) = (bar.clone(), delta.clone());
+            std::thread::spawn(move || {
+                let comm = init_rank(n as u32, &ri, rank as u32);
+                let mut a = vec![1.0f32; 256 * 1024];
+                let mut b = vec![0.0f32; 256 * 1024];
+                for _ in 0..3 {
+                    step(comm, n, &mut a, &mut b);
+                }
+                bar.wait();
+                let before = ALLOCS.load(Ordering::SeqCst);
+                bar.wait();
+                for _ in 0..20 {
+                    step(comm, n, &mut a, &mut b);
+                }
+                bar.wait();
+                if rank == 0 {
+                    delta.store(ALLOCS.load(Ordering::SeqCst) - before, Ordering::SeqCst);
+                }
+                bar.wait();
+                assert_eq!(unsafe { HcclCommDestroy(comm) }, HcclResult::HCCL_SUCCESS);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("rank thread");
+    }
+    delta.load(Ordering::SeqCst)
+}
+
+#[test]
+fn repeated_collectives_do_not_allocate() {
+    for n in [2, 4] {
+        let d = steady(n);
+        assert_eq!(d, 0, "{n} ranks: {d} heap allocations in 20 steady-state steps");
+    }
+}

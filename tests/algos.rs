@@ -170,6 +170,118 @@ fn every_algorithm_over_tcp_per_op_spec() {
     }
 }
 
+/// One rooted or scattering operation on every rank at once (one thread per rank); returns
+/// each rank's output bits. A Reduce passes no output buffer off the root, as callers may.
+fn run_op(
+    comms: &[Communicator],
+    coll: &Coll,
+    inputs: &[Vec<f32>],
+    out_len: usize,
+) -> Vec<Vec<u32>> {
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                sc.spawn(move || {
+                    let r = c.rank();
+                    let mut out = match coll {
+                        Coll::Broadcast { root, .. } if *root != r => vec![0f32; out_len],
+                        Coll::Broadcast { .. } => inputs[r as usize].clone(),
+                        _ => vec![0f32; out_len],
+                    };
+                    let recv = match coll {
+                        Coll::Reduce { root, .. } if *root != r => 0,
+                        _ => out.as_mut_ptr() as usize,
+                    };
+                    let (name, op, send) = match coll {
+                        Coll::Broadcast { .. } => ("Broadcast", None, recv),
+                        Coll::Reduce { .. } => (
+                            "Reduce",
+                            Some(ReduceOp::Sum),
+                            inputs[r as usize].as_ptr() as usize,
+                        ),
+                        _ => (
+                            "ReduceScatter",
+                            Some(ReduceOp::Sum),
+                            inputs[r as usize].as_ptr() as usize,
+                        ),
+                    };
+                    c.execute(&OpArgs {
+                        name,
+                        coll: coll.clone(),
+                        dtype: DataType::Fp32,
+                        op,
+                        send,
+                        recv,
+                        ext: Vec::new(),
+                    })
+                    .unwrap_or_else(|e| panic!("rank {r} {name}: {e}"));
+                    out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    })
+}
+
+/// The sum of `inputs` at element `i`, exactly.
+fn exact_sum(inputs: &[Vec<f32>], i: usize) -> f64 {
+    inputs.iter().map(|v| v[i] as f64).sum()
+}
+
+/// Hier ReduceScatter, Reduce and Broadcast forced on threads over interleaved, uneven "hosts"
+/// (3 + 2 + 2), every root, sizes up to several pipeline pieces: right, and the same bits run
+/// after run.
+#[test]
+fn hier_reduce_scatter_reduce_broadcast_on_uneven_hosts() {
+    let n = 7u32;
+    let devices: Vec<i32> = (0..n as i32).collect();
+    let comms = Communicator::init_all(&devices, config(&level1("hier"), "a,b,a,c,b,a,c", false))
+        .expect("init");
+    assert_eq!(comms[0].topology().hosts().len(), 3);
+    let twice = |coll: &Coll, inputs: &[Vec<f32>], len: usize| {
+        let first = run_op(&comms, coll, inputs, len);
+        assert_eq!(
+            run_op(&comms, coll, inputs, len),
+            first,
+            "{coll:?}: run-to-run bits"
+        );
+        first
+    };
+    // 1.2 M floats are 4.8 MB: two pipeline pieces.
+    for count in [1usize, 5, 1_200_001] {
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(r, count)).collect();
+        for root in 0..n {
+            let outs = twice(&Coll::Reduce { count, root }, &inputs, count);
+            let got = &outs[root as usize];
+            for i in (0..count).step_by(997) {
+                let v = f32::from_bits(got[i]) as f64;
+                assert!(
+                    (v - exact_sum(&inputs, i)).abs() < 0.05,
+                    "reduce root {root} [{i}]"
+                );
+            }
+            let outs = twice(&Coll::Broadcast { count, root }, &inputs, count);
+            let want: Vec<u32> = inputs[root as usize].iter().map(|x| x.to_bits()).collect();
+            for (r, o) in outs.iter().enumerate() {
+                assert!(*o == want, "broadcast root {root}: rank {r} differs");
+            }
+        }
+        let block = count.div_ceil(n as usize);
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(r, block * n as usize)).collect();
+        let outs = twice(&Coll::ReduceScatter { count: block }, &inputs, block);
+        for (r, o) in outs.iter().enumerate() {
+            for i in (0..block).step_by(991) {
+                let v = f32::from_bits(o[i]) as f64;
+                let want = exact_sum(&inputs, r * block + i);
+                assert!((v - want).abs() < 0.05, "reduce-scatter rank {r} [{i}]");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_algorithm_text_fails_init_with_the_valid_values() {
     let e = CommConfig::merge(

@@ -96,6 +96,77 @@ impl CostModel {
     }
 }
 
+impl CostModel {
+    /// This model with the overrides of `text` applied (`HCCL_COST_MODEL` syntax):
+    /// sections separated by `;`, each `level0:` or `level1:` followed by `key=value` pairs
+    /// separated by `,` (keys `alpha` and `peer` in seconds, `beta` and `mesh_beta` in bytes
+    /// per second), or `gamma=value` (reduction bytes per second). Setting `beta` alone scales
+    /// `mesh_beta` by the same factor. Values are positive finite numbers (`3e-6`, `1.25e8`).
+    pub fn with_overrides(mut self, text: &str) -> std::result::Result<CostModel, String> {
+        const HELP: &str = "expected sections like \"level0:alpha=3e-6,beta=1.5e9\", \
+                            \"level1:alpha=1e-3,beta=1.25e8,peer=1e-5,mesh_beta=1.2e8\" or \
+                            \"gamma=3e9\", separated by ';' (seconds, bytes per second)";
+        let num = |k: &str, v: &str| -> std::result::Result<f64, String> {
+            match v.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+                _ => Err(format!("{k}={v:?} is not a positive number; {HELP}")),
+            }
+        };
+        for sec in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            let (level, body) = match sec.split_once(':') {
+                Some((l, b)) => (Some(l.trim().to_ascii_lowercase()), b),
+                None => (None, sec),
+            };
+            let link = match level.as_deref() {
+                None => None,
+                Some("level0") => Some(&mut self.level0),
+                Some("level1") => Some(&mut self.level1),
+                Some(l) => return Err(format!("unknown level {l:?}; {HELP}")),
+            };
+            match link {
+                None => {
+                    let (k, v) = body
+                        .split_once('=')
+                        .ok_or_else(|| format!("{sec:?} is not key=value; {HELP}"))?;
+                    if k.trim() != "gamma" {
+                        return Err(format!(
+                            "unknown key {:?} outside a level; {HELP}",
+                            k.trim()
+                        ));
+                    }
+                    self.gamma = num("gamma", v)?;
+                }
+                Some(l) => {
+                    let mut mesh_set = false;
+                    for kv in body.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                        let (k, v) = kv
+                            .split_once('=')
+                            .ok_or_else(|| format!("{kv:?} is not key=value; {HELP}"))?;
+                        let k = k.trim();
+                        let x = num(k, v)?;
+                        match k {
+                            "alpha" => l.alpha = x,
+                            "peer" => l.peer = x,
+                            "mesh_beta" => {
+                                l.mesh_beta = x;
+                                mesh_set = true;
+                            }
+                            "beta" => {
+                                if !mesh_set {
+                                    l.mesh_beta *= x / l.beta;
+                                }
+                                l.beta = x;
+                            }
+                            _ => return Err(format!("unknown key {k:?}; {HELP}")),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(self)
+    }
+}
+
 /// The shape of a topology that the formulas need.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -121,6 +192,24 @@ impl Shape {
 /// One mesh step with `peers` peers moving `bytes` in total.
 fn mesh_step(l: &LinkCost, peers: f64, bytes: f64) -> f64 {
     l.alpha + peers * l.peer + bytes / l.mesh_beta
+}
+
+/// Time of `np` pipeline pieces of a two-level schedule whose level0 part costs `l0` a piece
+/// and whose level1 part costs `l1` a piece over `k` steps of latency `a1`: pieces in level1
+/// share steps, so that latency is paid once a step; the busier level sets the pace and the
+/// other adds one piece's worth (pipeline fill and drain).
+fn hier_pipeline(np: f64, l0: f64, l1: f64, k: f64, a1: f64) -> f64 {
+    let t0 = np * l0;
+    let t1 = if k > 0.0 {
+        np * (l1 - k * a1) + (np + k - 1.0) * a1
+    } else {
+        0.0
+    };
+    if t1 >= t0 {
+        t1 + l0
+    } else {
+        t0 + l1
+    }
 }
 
 fn log2c(x: f64) -> f64 {
@@ -171,7 +260,13 @@ pub fn predict(
             }
         }
         (Algo::Ring, Coll::AllReduce { .. }) => {
-            2.0 * (n - 1.0) * flat.msg(bytes / n) + g((n - 1.0) * bytes / n)
+            // Pipelined: C chunks per block add C−1 steps of latency; over the network the
+            // reductions of one chunk overlap the transfers of others.
+            let c = super::ring::chunks_for((bytes / n) as usize) as f64;
+            let red = g((n - 1.0) * bytes / n);
+            (2.0 * (n - 1.0) + c - 1.0) * flat.alpha
+                + 2.0 * (n - 1.0) * bytes / n / flat.beta
+                + if memory { red } else { red / c }
         }
         (Algo::Rhd, Coll::AllReduce { .. }) => {
             // Distances below the ranks per host stay on level0 (hosts hold consecutive ranks).
@@ -197,18 +292,73 @@ pub fn predict(
             (k + 2.0 * log2c(n + 1.0)) * flat_hop.msg(3.0 * c) + g(bytes)
         }
         (Algo::Hier, Coll::AllReduce { .. }) => {
-            let mm = sh.per_host;
-            let shard = bytes / mm;
+            let (mm, h) = (sh.per_host, sh.hosts);
+            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
+            let shard = bytes / np / mm;
+            // Per piece: level0 reduce-scatter (copies folded in order: one more pass than
+            // direct) and allgather; level1 a ring allreduce of each shard across hosts.
             let l0 = if mm > 1.0 {
-                // Copies land in scratch and are folded in order: one more pass than direct.
                 2.0 * mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard)
                     + 2.0 * g((mm - 1.0) * shard)
             } else {
                 0.0
             };
-            let h = sh.hosts;
             let l1 = if h > 1.0 {
                 2.0 * (h - 1.0) * m.level1.msg(shard / h) + g((h - 1.0) * shard / h)
+            } else {
+                0.0
+            };
+            hier_pipeline(np, l0, l1, 2.0 * (h - 1.0), m.level1.alpha)
+        }
+        (Algo::Hier, Coll::Reduce { .. }) => {
+            let (mm, h) = (sh.per_host, sh.hosts);
+            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
+            let shard = bytes / np / mm;
+            // Per piece: level0 reduce-scatter and gather to the root; level1 a ring
+            // reduce-scatter of each shard and a gather to the root's host.
+            let l0 = if mm > 1.0 {
+                2.0 * mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard)
+                    + 2.0 * g((mm - 1.0) * shard)
+            } else {
+                0.0
+            };
+            let (l1, k) = if h > 1.0 {
+                let part = (h - 1.0) * shard / h;
+                let t = (h - 1.0) * m.level1.msg(shard / h)
+                    + g(part)
+                    + mesh_step(&m.level1, h - 1.0, part);
+                (t, h)
+            } else {
+                (0.0, 0.0)
+            };
+            hier_pipeline(np, l0, l1, k, m.level1.alpha)
+        }
+        (Algo::Hier, Coll::Broadcast { .. }) => {
+            let (mm, h) = (sh.per_host, sh.hosts);
+            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
+            let shard = bytes / np / mm;
+            // Every step the root's host scatters a piece, hosts spread pieces they received
+            // and each chain moves a shard one host on: np + h − 2 steps carry both levels.
+            let l0 = if mm > 1.0 {
+                mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard)
+            } else {
+                0.0
+            };
+            let l1 = if h > 1.0 { m.level1.msg(shard) } else { 0.0 };
+            2.0 * l0 + (np + h - 2.0) * l0.max(l1)
+        }
+        (Algo::Hier, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
+            let (mm, h) = (sh.per_host, sh.hosts);
+            // Level0: each rank hands its blocks of the other columns to their owners on its
+            // host (folded in order); level1: a ring reduce-scatter per column, a block a step.
+            let moved = (mm - 1.0) / mm * bytes;
+            let l0 = if mm > 1.0 {
+                mesh_step(&m.level0, mm - 1.0, moved) + 2.0 * g(moved)
+            } else {
+                0.0
+            };
+            let l1 = if h > 1.0 {
+                (h - 1.0) * m.level1.msg(bytes / n) + g((h - 1.0) * bytes / n)
             } else {
                 0.0
             };
@@ -283,6 +433,39 @@ pub fn predict(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overrides_parse_and_reject() {
+        let base = CostModel {
+            level0: LinkKind::Memory.default_cost(),
+            level1: LinkKind::Network.default_cost(),
+            gamma: 3e9,
+        };
+        let m = base
+            .with_overrides(" level1: alpha=1e-3, beta=6.25e7 ; gamma=5e9;level0:peer=2e-6")
+            .unwrap();
+        assert_eq!(m.level1.alpha, 1e-3);
+        assert_eq!(m.level1.beta, 6.25e7);
+        // mesh_beta follows beta when not given.
+        let want = base.level1.mesh_beta * 6.25e7 / base.level1.beta;
+        assert!((m.level1.mesh_beta - want).abs() < 1.0);
+        assert_eq!(m.gamma, 5e9);
+        assert_eq!(m.level0.peer, 2e-6);
+        assert_eq!(m.level0.alpha, base.level0.alpha);
+        assert_eq!(base.with_overrides("").unwrap(), base);
+        for bad in [
+            "level2:alpha=1",
+            "level1:alpha=-1",
+            "level1:alpha=0",
+            "level1:speed=1",
+            "level1:alpha",
+            "gamma=x",
+            "delta=1",
+            "level0:beta=inf",
+        ] {
+            assert!(base.with_overrides(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn ring_beats_folded_rhd_only_when_bandwidth_bound() {

@@ -116,7 +116,7 @@ pub enum Algo {
     Tree,
     /// Bruck: ceil(log2 n) rounds of doubling, any rank count (AllGather).
     Bruck,
-    /// Two-level: mesh within each host, ring across hosts.
+    /// Two-level: mesh within each host, ring (chain for Broadcast) across hosts, pipelined.
     Hier,
 }
 
@@ -179,7 +179,15 @@ impl Algo {
             ),
             Algo::Tree => matches!(coll, AllReduce { .. }),
             Algo::Bruck => matches!(coll, AllGather { .. } | AllGatherV { .. }),
-            Algo::Hier => matches!(coll, AllReduce { .. } | AllGather { .. }),
+            Algo::Hier => matches!(
+                coll,
+                AllReduce { .. }
+                    | AllGather { .. }
+                    | ReduceScatter { .. }
+                    | ReduceScatterV { .. }
+                    | Reduce { .. }
+                    | Broadcast { .. }
+            ),
         }
     }
 }
@@ -232,8 +240,21 @@ pub fn build(coll: &Coll, ctx: &Ctx, algo: Algo) -> Schedule {
         }
         (Coll::AllGatherV { counts, displs }, Algo::Bruck) => bruck::allgather(ctx, counts, displs),
         (Coll::AllReduce { count }, Algo::Tree) => tree::allreduce(ctx, *count),
-        (Coll::AllReduce { count }, Algo::Hier) => hier::allreduce(ctx, *count),
+        (Coll::AllReduce { count }, Algo::Hier) => hier::allreduce(ctx, *count, hier::PIECE_BYTES),
         (Coll::AllGather { count }, Algo::Hier) => hier::allgather(ctx, *count),
+        (Coll::ReduceScatter { count }, Algo::Hier) => {
+            let (counts, displs) = equal_blocks(ctx.n, *count);
+            hier::reduce_scatter(ctx, &counts, &displs)
+        }
+        (Coll::ReduceScatterV { counts, displs }, Algo::Hier) => {
+            hier::reduce_scatter(ctx, counts, displs)
+        }
+        (Coll::Reduce { count, root }, Algo::Hier) => {
+            hier::reduce(ctx, *count, *root, hier::PIECE_BYTES)
+        }
+        (Coll::Broadcast { count, root }, Algo::Hier) => {
+            hier::broadcast(ctx, *count, *root, hier::PIECE_BYTES)
+        }
         _ => direct::build(ctx, coll),
     };
     s.finish()

@@ -267,7 +267,10 @@ mod tests {
         let s = parse("level0:NA;level1:pipeline").unwrap();
         assert_eq!(s.forced(&Coll::AllReduce { count: 1 }), Some(Algo::Hier));
         assert_eq!(
-            s.forced(&Coll::Reduce { count: 1, root: 0 }),
+            s.forced(&Coll::AllGatherV {
+                counts: vec![1],
+                displs: vec![0]
+            }),
             Some(Algo::Ring)
         );
     }

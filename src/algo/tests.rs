@@ -64,6 +64,12 @@ fn check_all(
             let scheds: Vec<Schedule> = (0..n)
                 .map(|r| build(coll, &ctx(r, n, network), algo))
                 .collect();
+            // Segmenting a large operation relies on every rank needing the same scratch.
+            assert!(
+                scheds.iter().all(|s| s.scratch == scheds[0].scratch),
+                "{coll:?} n={n} {algo:?} network={network}: scratch differs between ranks: {:?}",
+                scheds.iter().map(|s| s.scratch).collect::<Vec<_>>()
+            );
             let mut bufs: Vec<RankBufs> = (0..n)
                 .map(|r| {
                     let (send, recv) = setup(r);
@@ -540,4 +546,333 @@ fn direct_is_order_dependent_only_when_allowed() {
     };
     assert!(!run(false).order_fixed);
     assert!(run(true).order_fixed);
+}
+
+// ---- Hierarchical forms over many host layouts, roots, sizes and pipeline depths. ----
+
+/// Host layouts for the hierarchical tests: every sequence of 1–4 hosts of 1–4 ranks, hosts
+/// whose ranks interleave, and some larger ones.
+fn hier_layouts() -> Vec<Topo> {
+    let mut v = Vec::new();
+    let mut sizes: Vec<Vec<u32>> = vec![Vec::new()];
+    for _ in 0..4 {
+        sizes = sizes
+            .iter()
+            .flat_map(|s| {
+                (1..=4).map(move |k| {
+                    let mut t = s.clone();
+                    t.push(k);
+                    t
+                })
+            })
+            .collect();
+        v.extend(sizes.iter().map(|s| Topo::sized(s)));
+    }
+    for labels in ["abab", "abcab", "aabcbba", "abcdabcdaa", "baab"] {
+        v.push(Topo::from_labels(&labels.chars().collect::<Vec<_>>()));
+    }
+    v.extend([
+        Topo::uniform(2, 8),
+        Topo::uniform(4, 4),
+        Topo::uniform(8, 2),
+        Topo::uniform(3, 5),
+        Topo::sized(&[8, 3, 1, 6]),
+    ]);
+    v
+}
+
+/// Pipeline piece sizes in elements: one piece, a few, and the most the cap allows.
+const HIER_PIECES: [usize; 3] = [1 << 30, 9, 2];
+
+/// Rank `ctx.me`'s hier schedule for `coll`, with pieces of `piece` elements where it pipelines.
+fn hier_build(coll: &Coll, ctx: &Ctx, piece: usize) -> Schedule {
+    let pb = piece * ctx.elem;
+    match *coll {
+        Coll::AllReduce { count } => hier::allreduce(ctx, count, pb).finish(),
+        Coll::Reduce { count, root } => hier::reduce(ctx, count, root, pb).finish(),
+        Coll::Broadcast { count, root } => hier::broadcast(ctx, count, root, pb).finish(),
+        _ => build(coll, ctx, Algo::Hier),
+    }
+}
+
+fn hier_ctx(topo: &Topo, me: u32, elem: usize, det: bool) -> Ctx<'_> {
+    Ctx {
+        me,
+        n: topo.n(),
+        elem,
+        network: true,
+        topo,
+        deterministic: det,
+    }
+}
+
+/// Checks `coll` with the hier forms on `topo`: symbolically (and, when deterministic, that no
+/// reduction follows arrival order), then moving bytes with `setup`'s buffers (in place when
+/// asked), after which rank r's output must satisfy `check(r, out)`.
+#[allow(clippy::too_many_arguments)]
+fn hier_case(
+    topo: &Topo,
+    coll: &Coll,
+    piece: usize,
+    det: bool,
+    in_place: bool,
+    setup: &dyn Fn(usize) -> (Vec<u64>, Vec<u64>),
+    check: &dyn Fn(usize, &[u64]) -> bool,
+) {
+    let n = topo.n();
+    let what = || format!("{coll:?} piece={piece} det={det} hosts={:?}", topo.hosts());
+    let sym: Vec<Schedule> = (0..n)
+        .map(|me| hier_build(coll, &hier_ctx(topo, me, 1, det), piece))
+        .collect();
+    let rep = symbolic::run(&sym, &|_| coll.clone())
+        .unwrap_or_else(|e| panic!("{}: symbolic: {e}", what()));
+    assert!(!det || rep.order_fixed, "{}: order follows arrival", what());
+    let scheds: Vec<Schedule> = (0..n)
+        .map(|me| hier_build(coll, &hier_ctx(topo, me, ES, det), piece))
+        .collect();
+    assert!(
+        scheds.iter().all(|s| s.scratch == scheds[0].scratch),
+        "{}: scratch differs between ranks",
+        what()
+    );
+    let mut bufs: Vec<RankBufs> = (0..n as usize)
+        .map(|r| {
+            let (send, recv) = setup(r);
+            RankBufs {
+                send: to_bytes(&send),
+                recv: to_bytes(&recv),
+                in_place,
+                ..Default::default()
+            }
+        })
+        .collect();
+    run(&scheds, &mut bufs, &add).unwrap_or_else(|e| panic!("{}: sim: {e}", what()));
+    for (r, b) in bufs.iter().enumerate() {
+        assert!(
+            check(r, &from_bytes(&b.recv)),
+            "{}: wrong output on rank {r}",
+            what()
+        );
+    }
+}
+
+/// Element counts to try on `topo`: empty, one, fewer than the shards, a few per shard, and
+/// enough for every pipeline depth of [`HIER_PIECES`].
+fn hier_counts(topo: &Topo) -> Vec<usize> {
+    let m = topo.max_per_host() as usize;
+    let mut v = vec![0, 1, m.saturating_sub(1).max(1), 2 * m + 3, 40];
+    v.dedup();
+    v
+}
+
+fn sum_of(n: usize, i: usize) -> u64 {
+    (0..n).fold(0u64, |a, q| a.wrapping_add(val(q, i)))
+}
+
+#[test]
+fn hier_allreduce_pipelined_layouts() {
+    for topo in hier_layouts() {
+        let n = topo.n() as usize;
+        for count in hier_counts(&topo) {
+            let expect: Vec<u64> = (0..count).map(|i| sum_of(n, i)).collect();
+            let input = |r: usize| (0..count).map(|i| val(r, i)).collect::<Vec<_>>();
+            for piece in HIER_PIECES {
+                for det in [false, true] {
+                    let coll = Coll::AllReduce { count };
+                    let ok = |_: usize, out: &[u64]| out == expect.as_slice();
+                    hier_case(
+                        &topo,
+                        &coll,
+                        piece,
+                        det,
+                        false,
+                        &|r| (input(r), fill(count)),
+                        &ok,
+                    );
+                    hier_case(&topo, &coll, piece, det, true, &|r| (vec![], input(r)), &ok);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_reduce_every_root() {
+    for topo in hier_layouts() {
+        let n = topo.n() as usize;
+        for count in hier_counts(&topo) {
+            let expect: Vec<u64> = (0..count).map(|i| sum_of(n, i)).collect();
+            let input = |r: usize| (0..count).map(|i| val(r, i)).collect::<Vec<_>>();
+            for root in 0..n {
+                let coll = Coll::Reduce {
+                    count,
+                    root: root as u32,
+                };
+                // Off the root the output must stay untouched: the caller may pass none.
+                let ok = |r: usize, out: &[u64]| {
+                    if r == root {
+                        out == expect.as_slice()
+                    } else {
+                        out == fill(count).as_slice()
+                    }
+                };
+                for piece in HIER_PIECES {
+                    for det in [false, true] {
+                        hier_case(
+                            &topo,
+                            &coll,
+                            piece,
+                            det,
+                            false,
+                            &|r| (input(r), fill(count)),
+                            &ok,
+                        );
+                    }
+                }
+                // In place on the root.
+                let ok_in_place = |r: usize, out: &[u64]| r != root || out == expect.as_slice();
+                hier_case(
+                    &topo,
+                    &coll,
+                    HIER_PIECES[1],
+                    true,
+                    true,
+                    &|r| (vec![], input(r)),
+                    &ok_in_place,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_broadcast_every_root() {
+    for topo in hier_layouts() {
+        let n = topo.n() as usize;
+        for count in hier_counts(&topo) {
+            for root in 0..n {
+                let coll = Coll::Broadcast {
+                    count,
+                    root: root as u32,
+                };
+                let setup = |r: usize| {
+                    let init = if r == root {
+                        (0..count).map(|i| val(root, i)).collect()
+                    } else {
+                        fill(count)
+                    };
+                    (Vec::new(), init)
+                };
+                let ok = |_: usize, out: &[u64]| (0..count).all(|i| out[i] == val(root, i));
+                for piece in HIER_PIECES {
+                    hier_case(&topo, &coll, piece, false, false, &setup, &ok);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_reduce_scatter_layouts() {
+    for topo in hier_layouts() {
+        let n = topo.n() as usize;
+        for count in [0usize, 1, 3] {
+            let coll = Coll::ReduceScatter { count };
+            let setup = |r: usize| ((0..count * n).map(|i| val(r, i)).collect(), fill(count));
+            let ok = |r: usize, out: &[u64]| (0..count).all(|i| out[i] == sum_of(n, r * count + i));
+            for det in [false, true] {
+                hier_case(&topo, &coll, 1, det, false, &setup, &ok);
+            }
+        }
+        for scale in [0usize, 1, 3] {
+            // Uneven blocks (some empty) at displacements in reverse rank order, with gaps.
+            let counts: Vec<usize> = (0..n).map(|r| scale * ((r * 3 + 1) % 4)).collect();
+            let stride = 3 * scale + 2;
+            let displs: Vec<usize> = (0..n).map(|r| (n - 1 - r) * stride + 1).collect();
+            let extent = n * stride + 1;
+            let coll = Coll::ReduceScatterV {
+                counts: counts.clone(),
+                displs: displs.clone(),
+            };
+            let setup = |r: usize| ((0..extent).map(|i| val(r, i)).collect(), fill(counts[r]));
+            let ok = |r: usize, out: &[u64]| {
+                out.len() == counts[r] && (0..counts[r]).all(|i| out[i] == sum_of(n, displs[r] + i))
+            };
+            for det in [false, true] {
+                hier_case(&topo, &coll, 1, det, false, &setup, &ok);
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_reduce_never_touches_the_output_off_the_root() {
+    let touches = |a: &Action| match *a {
+        Action::Send { src, .. } => src.buf == Buf::Recv,
+        Action::Recv { dst, .. } | Action::RecvReduce { dst, .. } => dst.buf == Buf::Recv,
+        Action::Copy { src, dst } | Action::Reduce { dst, src } => {
+            src.buf == Buf::Recv || dst.buf == Buf::Recv
+        }
+    };
+    for topo in [Topo::sized(&[3, 1, 2]), Topo::uniform(2, 4)] {
+        for root in 0..topo.n() {
+            for me in (0..topo.n()).filter(|&me| me != root) {
+                for det in [false, true] {
+                    let coll = Coll::Reduce { count: 50, root };
+                    let s = hier_build(&coll, &hier_ctx(&topo, me, ES, det), 4);
+                    assert!(!s.steps.iter().flat_map(|st| &st.actions).any(touches));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hier_allreduce_pipelines_and_needs_little_scratch() {
+    let topo = Topo::sized(&[4, 2, 4]);
+    let count = 1000;
+    for me in 0..topo.n() {
+        let one = hier_build(
+            &Coll::AllReduce { count },
+            &hier_ctx(&topo, me, ES, true),
+            count,
+        );
+        let piped = hier_build(
+            &Coll::AllReduce { count },
+            &hier_ctx(&topo, me, ES, true),
+            100,
+        );
+        // Ten pieces over three hosts: 10 + 2·(3−1) + 1 steps instead of 2·3.
+        assert_eq!(one.steps.len(), 6, "rank {me}");
+        assert_eq!(piped.steps.len(), 15, "rank {me}");
+        // Deterministic: the largest need is on the 4-rank hosts, 3 slots of one shard of one
+        // piece (the 2-rank host needs 1 slot of two shards); otherwise none.
+        assert_eq!(one.scratch, 3 * 250 * ES, "rank {me}");
+        assert_eq!(piped.scratch, 3 * 25 * ES, "rank {me}");
+        let loose = hier_build(
+            &Coll::AllReduce { count },
+            &hier_ctx(&topo, me, ES, false),
+            100,
+        );
+        assert_eq!(loose.scratch, 0);
+    }
+}
+
+#[test]
+fn selector_picks_hier_across_hosts_for_large_messages() {
+    let topo = Topo::uniform(4, 8);
+    let ctx = hier_ctx(&topo, 0, 4, false);
+    let count = 16 << 20;
+    for coll in [
+        Coll::AllReduce { count },
+        Coll::ReduceScatter { count: count / 32 },
+        Coll::Reduce { count, root: 9 },
+        Coll::Broadcast { count, root: 9 },
+    ] {
+        assert_eq!(select::choose(&coll, &ctx), Algo::Hier, "{coll:?}");
+    }
+    // On one host a two-level AllReduce only adds steps.
+    let flat = Topo::flat(8);
+    let one = hier_ctx(&flat, 0, 4, false);
+    assert_ne!(select::choose(&Coll::AllReduce { count }, &one), Algo::Hier);
 }

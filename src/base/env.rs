@@ -234,6 +234,12 @@ pub struct EnvConfig {
     /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
     /// through the staging rings. Default `true`.
     pub shm_single_copy: bool,
+    /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
+    /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).
+    pub cost_model: Option<String>,
+    /// `HCCL_COST_CALIBRATE` (our extension, 0/1): measure the link costs with a short probe
+    /// when a communicator is created. Default `false`.
+    pub cost_calibrate: bool,
     /// Non-fatal findings (aliases used, values below vendor minimums, knobs without effect).
     /// Logged at WARN by [`crate::base::logging::init_from_env`].
     pub warnings: Vec<String>,
@@ -672,6 +678,8 @@ impl EnvConfig {
             }
         };
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?.unwrap_or(true);
+        let cost_model = r.raw("HCCL_COST_MODEL");
+        let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
         Ok(EnvConfig {
             buffsize_mb,
             connect_timeout,
@@ -698,6 +706,8 @@ impl EnvConfig {
             host_id,
             rank_host_map,
             shm_single_copy,
+            cost_model,
+            cost_calibrate,
             warnings: r.warnings,
         })
     }
@@ -830,6 +840,8 @@ mod tests {
             "HCCL_HOST_ID",
             "HCCL_RANK_HOST_MAP",
             "HCCL_SHM_SINGLE_COPY",
+            "HCCL_COST_MODEL",
+            "HCCL_COST_CALIBRATE",
         ];
         for blank in ["", "   ", "\t\n"] {
             let vars: Vec<(&str, &str)> = all.iter().map(|k| (*k, blank)).collect();

@@ -10,10 +10,12 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
+use super::calibrate;
 use super::config::CommConfig;
 use super::rank_table::RankTable;
 use super::root_info::RootInfo;
 use super::segment;
+use crate::algo::cost::CostModel;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
@@ -61,6 +63,8 @@ const MAX_PLANS: usize = 256;
 
 struct Inner {
     ep: Endpoint,
+    /// Link costs the selector prices algorithms with (same on every rank).
+    model: CostModel,
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
     plans: HashMap<(Coll, usize), Plan>,
@@ -153,7 +157,7 @@ impl Communicator {
             .name
             .clone()
             .unwrap_or_else(|| format!("hccl_{:016x}", info.token as u64));
-        Communicator::connect(info.token, name, rank, table, cfg, -1, dl)
+        Communicator::connect(info.token, name, rank, table, cfg, -1, dl)?.calibrated(dl)
     }
 
     /// Joins the communicator described by a rank table file.
@@ -193,7 +197,7 @@ impl Communicator {
             .name
             .clone()
             .unwrap_or_else(|| format!("hccl_table_{:016x}", key as u64));
-        Communicator::connect(key, name, rank, table, cfg, dev.device_id as i32, dl)
+        Communicator::connect(key, name, rank, table, cfg, dev.device_id as i32, dl)?.calibrated(dl)
     }
 
     /// Creates `ndev` ranks in this process at once (all links are memory).
@@ -291,7 +295,71 @@ impl Communicator {
             .clone()
             .unwrap_or_else(|| format!("{}_sub{sub_id}", self.name));
         let dl = deadline(&cfg);
-        Communicator::connect(key, name, sub_rank, table, cfg, self.device, dl)
+        Communicator::connect(key, name, sub_rank, table, cfg, self.device, dl)?.calibrated(dl)
+    }
+
+    /// The communicator with its link costs measured when `HCCL_COST_CALIBRATE` is set, then
+    /// `HCCL_COST_MODEL` overrides applied again (explicit figures win over measured ones).
+    /// Collective: every rank runs it in its own thread. `InitAll` creates all ranks from one
+    /// thread and so keeps the model's defaults.
+    fn calibrated(self, deadline: Instant) -> Result<Communicator> {
+        if !self.cfg.env.cost_calibrate {
+            return Ok(self);
+        }
+        {
+            let mut inner = self.inner.lock();
+            let ctx = self.ctx(1);
+            let base = inner.model;
+            let t0 = Instant::now();
+            let m = calibrate::calibrate(&mut inner.ep, &ctx, base, deadline).map_err(|e| {
+                e.context(format!(
+                    "comm {} rank {}: cost calibration",
+                    self.name, self.rank
+                ))
+            })?;
+            let m = with_overrides(m, &self.cfg)?;
+            if self.rank == 0 {
+                log::info!(
+                    "comm {}: calibrated link costs in {:.1} ms: level0 alpha {:.2e} s beta \
+                     {:.3e} B/s; level1 alpha {:.2e} s beta {:.3e} B/s",
+                    self.name,
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    m.level0.alpha,
+                    m.level0.beta,
+                    m.level1.alpha,
+                    m.level1.beta
+                );
+            }
+            inner.model = m;
+        }
+        Ok(self)
+    }
+
+    /// The algorithms' view of this rank for elements of `elem` bytes.
+    fn ctx(&self, elem: usize) -> Ctx<'_> {
+        Ctx {
+            me: self.rank,
+            n: self.size,
+            elem,
+            network: self.network,
+            topo: &self.topo,
+            deterministic: self.cfg.deterministic != Deterministic::Off,
+        }
+    }
+
+    /// The algorithm this communicator runs `coll` with (elements of `elem` bytes): the one
+    /// `HCCL_ALGO` forces, else the cheapest under its cost model.
+    pub fn algorithm_for(&self, coll: &Coll, elem: usize) -> Algo {
+        let model = self.inner.lock().model;
+        self.cfg
+            .algo_spec
+            .forced(coll)
+            .unwrap_or_else(|| algo::select::choose_with(coll, &self.ctx(elem), &model))
+    }
+
+    /// The link costs the selector uses.
+    pub fn cost_model(&self) -> CostModel {
+        self.inner.lock().model
     }
 
     fn connect(
@@ -407,6 +475,17 @@ impl Communicator {
             count(LinkKind::Tcp)
         );
         let topo = algo_topology(&name, rank, &table, &cfg);
+        let model = with_overrides(
+            CostModel::for_ctx(&Ctx {
+                me: rank,
+                n,
+                elem: 1,
+                network,
+                topo: &topo,
+                deterministic: false,
+            }),
+            &cfg,
+        )?;
         Ok(Communicator {
             key,
             name,
@@ -420,6 +499,7 @@ impl Communicator {
             creator: std::thread::current().id(),
             inner: Mutex::new(Inner {
                 ep,
+                model,
                 scratch: Vec::new(),
                 logged: Vec::new(),
                 plans: HashMap::new(),
@@ -510,14 +590,7 @@ impl Communicator {
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
-        let ctx = Ctx {
-            me: self.rank,
-            n: self.size,
-            elem: args.dtype.size(),
-            network: self.network,
-            topo: &self.topo,
-            deterministic: self.cfg.deterministic != Deterministic::Off,
-        };
+        let ctx = self.ctx(args.dtype.size());
         let key = (args.coll.clone(), args.dtype.size());
         let plan = match inner.plans.get(&key) {
             Some(p) => p.clone(),
@@ -577,7 +650,8 @@ impl Communicator {
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
     fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Plan {
         let forced = self.cfg.algo_spec.forced(&args.coll);
-        let algo = forced.unwrap_or_else(|| algo::select::choose(&args.coll, ctx));
+        let model = inner.model;
+        let algo = forced.unwrap_or_else(|| algo::select::choose_with(&args.coll, ctx, &model));
         self.log_choice(inner, args, algo, forced.is_some());
         let whole = algo::build(&args.coll, ctx, algo);
         let limit = self.cfg.buffer_bytes.max(1);
@@ -600,7 +674,8 @@ impl Communicator {
                 let sched = match built.iter().find(|(c, _)| *c == seg.coll) {
                     Some((_, p)) => p.sched.clone(),
                     None => {
-                        let a = forced.unwrap_or_else(|| algo::select::choose(&seg.coll, ctx));
+                        let a = forced
+                            .unwrap_or_else(|| algo::select::choose_with(&seg.coll, ctx, &model));
                         Arc::new(algo::build(&seg.coll, ctx, a))
                     }
                 };
@@ -692,6 +767,16 @@ impl Drop for Communicator {
         if let Some(acc) = Acceptor::existing() {
             acc.forget(self.key);
         }
+    }
+}
+
+/// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied.
+fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
+    match &cfg.env.cost_model {
+        None => Ok(model),
+        Some(t) => model
+            .with_overrides(t)
+            .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}"))),
     }
 }
 

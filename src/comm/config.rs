@@ -118,6 +118,16 @@ impl CommConfig {
                 spec::parse(t).map_err(|e| Error::new(ErrorKind::Para, format!("{source}: {e}")))?
             }
         };
+        if let Some(t) = &env.cost_model {
+            // Checked here so that a bad value fails init before any rendezvous.
+            let any = crate::algo::cost::CostModel {
+                level0: crate::algo::cost::LinkKind::Memory.default_cost(),
+                level1: crate::algo::cost::LinkKind::Network.default_cost(),
+                gamma: 1.0,
+            };
+            any.with_overrides(t)
+                .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}")))?;
+        }
         for w in &algo_spec.warnings {
             log::warn!("{source}: {w}");
         }

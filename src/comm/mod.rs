@@ -2,6 +2,7 @@
 //! handle registry, groups, and the entry point that runs an operation.
 
 pub mod bootstrap;
+pub mod calibrate;
 pub mod communicator;
 pub mod config;
 pub mod group;

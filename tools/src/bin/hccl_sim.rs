@@ -11,7 +11,7 @@
 //!          [--hosts H] [--per-host M] [--algo ring,rhd,...|all]
 //!          [--sizes 8,65536,1M,64M] [--alpha0 US] [--beta0 GBPS] [--peer0 US]
 //!          [--alpha1 US] [--beta1 GBPS] [--peer1 US] [--level0 memory|hostipc|network]
-//!          [--check-count ELEMS] [--no-check]
+//!          [--model HCCL_COST_MODEL-TEXT] [--check-count ELEMS] [--no-check]
 //! ```
 
 use std::process::ExitCode;
@@ -116,6 +116,9 @@ fn parse_args() -> Result<Args, String> {
             "--beta1" => {
                 a.model.level1.beta = num(val()?)? * 1e9;
                 a.model.level1.mesh_beta = a.model.level1.beta;
+            }
+            "--model" => {
+                a.model = a.model.with_overrides(&val()?).map_err(|e| format!("--model: {e}"))?
             }
             "--check-count" => a.check_count = Some(parse_size(&val()?)?),
             "--no-check" => a.check = false,

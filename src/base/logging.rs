@@ -36,6 +36,10 @@ pub fn init(level: log::LevelFilter) {
 /// and reports the configuration error (the caller of `EnvConfig::global` will also fail on it).
 pub fn init_from_env() {
     static REPORT: Once = Once::new();
+    // Every API entry calls this: once done, skip fetching (cloning) the configuration.
+    if REPORT.is_completed() {
+        return;
+    }
     let cfg = EnvConfig::global();
     init(
         cfg.as_ref()

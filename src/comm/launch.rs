@@ -13,6 +13,7 @@
 //! communicator therefore hands out tickets at issue time and runs operations strictly in ticket
 //! order, whichever thread (caller or stream worker) runs them.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -72,8 +73,12 @@ impl Order {
 
     /// Waits until every earlier ticket has finished; false on timeout.
     fn wait_turn(&self, ticket: u64, timeout: Option<Duration>) -> bool {
-        let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.st.lock();
+        if s.serving >= ticket {
+            // The common case (nothing earlier outstanding) reads no clock.
+            return true;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
         while s.serving < ticket {
             match deadline {
                 None => self.turn.wait(&mut s),
@@ -113,15 +118,42 @@ impl Drop for Turn<'_> {
     }
 }
 
+/// Whether `w` refers to the communicator `comm`. Comparing addresses is enough: a `Weak`
+/// keeps its allocation from being reused, so a live communicator at the same address is the
+/// same one.
+fn same(w: &Weak<Communicator>, comm: &Arc<Communicator>) -> bool {
+    std::ptr::eq(w.as_ptr(), Arc::as_ptr(comm))
+}
+
 /// The issue order of `comm`, created on first use. Keyed by address; an entry whose
-/// communicator is gone is replaced (a dead communicator has no ticket outstanding).
+/// communicator is gone is replaced (a dead communicator has no ticket outstanding). Each
+/// thread remembers the last one it used, so back-to-back calls on one communicator take no
+/// global lock.
 fn order_of(comm: &Arc<Communicator>) -> Arc<Order> {
+    type Entry = (Weak<Communicator>, Arc<Order>);
+    thread_local! {
+        static LAST: RefCell<Option<Entry>> = const { RefCell::new(None) };
+    }
+    let cached = LAST.with_borrow(|l| {
+        l.as_ref()
+            .filter(|(w, _)| same(w, comm))
+            .map(|(_, o)| Arc::clone(o))
+    });
+    if let Some(o) = cached {
+        return o;
+    }
+    let o = order_of_global(comm);
+    LAST.set(Some((Arc::downgrade(comm), Arc::clone(&o))));
+    o
+}
+
+fn order_of_global(comm: &Arc<Communicator>) -> Arc<Order> {
     type Table = HashMap<usize, (Weak<Communicator>, Arc<Order>)>;
     static ORDERS: OnceLock<Mutex<Table>> = OnceLock::new();
     let mut t = ORDERS.get_or_init(Mutex::default).lock();
     let key = Arc::as_ptr(comm) as usize;
     if let Some((w, o)) = t.get(&key) {
-        if w.upgrade().is_some_and(|c| Arc::ptr_eq(&c, comm)) {
+        if same(w, comm) {
             return Arc::clone(o);
         }
     }

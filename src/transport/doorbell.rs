@@ -1,22 +1,18 @@
-//! A per-endpoint wake-up signal: an event counter that a waiter spins on briefly, then sleeps
-//! on — on a futex when only memory peers can wake it, or in `poll` on an eventfd together with
-//! its sockets when it also waits for the network.
+//! A per-endpoint wake-up signal: an event counter that a waiter polls for a while (see
+//! [`Backoff`]), then sleeps on — on a futex when only memory peers can wake it, or in `poll` on
+//! an eventfd together with its sockets when it also waits for the network.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::futex;
 use crate::base::error::{Error, ErrorKind, Result};
 
 const AWAKE: u32 = 0;
 const FUTEX_SLEEP: u32 = 1;
 const POLL_SLEEP: u32 = 2;
-/// How long a waiter spins (with periodic yields) before it sleeps.
-const SPIN_BUDGET: Duration = Duration::from_micros(50);
-/// When ranks outnumber cores a waiter yields a few times and then sleeps: a sleeping rank
-/// leaves its core to the peers it is waiting for, while a spinning one keeps competing.
-const YIELDS_OVERSUBSCRIBED: u32 = 4;
 
 /// Wake-up signal of one endpoint.
 #[derive(Debug)]
@@ -24,14 +20,41 @@ pub struct Doorbell {
     seq: AtomicU32,
     sleeping: AtomicU32,
     fd: OwnedFd,
-    oversubscribed: bool,
+    backoff: Backoff,
+    /// The CPU the owner last waited on, for peers deciding whether to yield to it.
+    cpu: AtomicU32,
+}
+
+/// A doorbell wait: the event count, the sockets, then whatever the caller also waits for.
+struct BellWait<'a, W: Wait> {
+    seq: &'a AtomicU32,
+    seen: u32,
+    fds: &'a mut [libc::pollfd],
+    also: &'a mut W,
+}
+
+impl<W: Wait> Wait for BellWait<'_, W> {
+    fn ready(&mut self) -> bool {
+        self.seq.load(Ordering::Acquire) != self.seen || self.also.ready()
+    }
+
+    fn slow(&mut self) -> bool {
+        let fds = &mut *self.fds;
+        // SAFETY: fds is a valid slice of pollfd; a zero timeout never blocks.
+        let polled = !fds.is_empty()
+            && unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) } > 0;
+        polled || self.also.slow()
+    }
+
+    fn here(&mut self, cpu: u32) -> bool {
+        self.also.here(cpu)
+    }
 }
 
 impl Doorbell {
     /// Creates a doorbell backed by a futex word and a non-blocking eventfd, for an endpoint
     /// whose process runs `local_ranks` ranks (which decides how long waiters spin).
     pub fn new(local_ranks: usize) -> Result<Doorbell> {
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         // SAFETY: plain syscall; the returned fd is owned below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -45,13 +68,24 @@ impl Doorbell {
             sleeping: AtomicU32::new(AWAKE),
             // SAFETY: fd is a fresh descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            oversubscribed: local_ranks > cores,
+            backoff: Backoff::for_host(local_ranks),
+            cpu: AtomicU32::new(NO_CPU),
         })
     }
 
     /// Current event count; a waiter compares it before and after scanning its work.
     pub fn seq(&self) -> u64 {
         self.seq.load(Ordering::SeqCst) as u64
+    }
+
+    /// The CPU the owner last waited on ([`NO_CPU`] before its first wait).
+    pub fn cpu(&self) -> u32 {
+        self.cpu.load(Ordering::Relaxed)
+    }
+
+    /// Records the CPU the owner runs on.
+    pub fn set_cpu(&self, cpu: u32) {
+        publish_cpu(&self.cpu, cpu);
     }
 
     /// Signals the owner: something it may be waiting for has happened.
@@ -70,47 +104,36 @@ impl Doorbell {
         }
     }
 
-    /// Waits until the event count differs from `seen`, for at most `timeout_ms`: spins briefly,
-    /// yields the core a few times (ranks may outnumber cores), then sleeps — on the futex when
-    /// `extra` is empty, else in `poll` with `extra` (whose `revents` are filled in).
-    pub fn wait(&self, seen: u64, extra: &mut [libc::pollfd], timeout_ms: i32) {
+    /// Waits until the event count differs from `seen` or `also` is ready, for at most
+    /// `timeout_ms`: polls them (and `extra`) under the backoff policy, then sleeps — on the
+    /// futex when `extra` is empty, else in `poll` with `extra` (`also` is not checked while
+    /// asleep). On return the `revents` of `extra` are filled in.
+    pub fn wait(
+        &self,
+        seen: u64,
+        extra: &mut [libc::pollfd],
+        timeout_ms: i32,
+        also: &mut impl Wait,
+    ) {
         let seen = seen as u32;
         for f in extra.iter_mut() {
             f.revents = 0;
         }
-        // Waking a sleeper costs a syscall on each side and, on virtual machines, tens of
-        // microseconds: with a core to itself a waiter spins for a short budget first.
-        if self.oversubscribed {
-            for _ in 0..YIELDS_OVERSUBSCRIBED {
-                std::thread::yield_now();
-                if self.seq.load(Ordering::Acquire) != seen {
-                    return;
-                }
-            }
-        } else {
-            let start = Instant::now();
-            let mut round = 0u32;
-            loop {
-                if self.seq.load(Ordering::Acquire) != seen {
-                    return;
-                }
-                round += 1;
-                // A rare yield matters only if something else wants the core.
-                if round.is_multiple_of(32) {
-                    std::thread::yield_now();
-                    if start.elapsed() >= SPIN_BUDGET {
-                        break;
-                    }
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-        }
+        let limit = Duration::from_millis(timeout_ms.max(1) as u64);
+        let mut w = BellWait {
+            seq: &self.seq,
+            seen,
+            fds: extra,
+            also,
+        };
+        let Some(left) = self.backoff.run(limit, &mut w) else {
+            return;
+        };
+        let extra = w.fds;
         if extra.is_empty() {
             self.sleeping.store(FUTEX_SLEEP, Ordering::SeqCst);
-            if self.seq.load(Ordering::SeqCst) == seen {
-                let t = Duration::from_millis(timeout_ms.max(1) as u64);
-                futex::wait(&self.seq, seen, t, false);
+            if self.seq.load(Ordering::SeqCst) == seen && !left.is_zero() {
+                futex::wait(&self.seq, seen, left, false);
             }
             self.sleeping.store(AWAKE, Ordering::SeqCst);
             return;
@@ -124,8 +147,9 @@ impl Doorbell {
         fds.extend_from_slice(extra);
         self.sleeping.store(POLL_SLEEP, Ordering::SeqCst);
         if self.seq.load(Ordering::SeqCst) == seen {
+            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             // SAFETY: fds is a valid slice of pollfd.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         }
         self.sleeping.store(AWAKE, Ordering::SeqCst);
         let mut buf: u64 = 0;
@@ -143,6 +167,7 @@ impl Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::backoff::Until;
     use std::sync::Arc;
 
     fn wakes(poll_mode: bool) {
@@ -165,7 +190,7 @@ mod tests {
                 revents: 0,
             }];
             let slice: &mut [libc::pollfd] = if poll_mode { &mut extra } else { &mut [] };
-            bell.wait(seen, slice, 10_000);
+            bell.wait(seen, slice, 10_000, &mut Until(|| false));
             if bell.seq() != seen {
                 break;
             }

@@ -4,6 +4,10 @@
 //! Every ordered pair of ranks has a mailbox. A send posts its buffer's address; the matching
 //! receive (FIFO per pair) takes it, moves the data and publishes completion; the sender's
 //! buffer stays untouched until then because the sender waits for that completion.
+//!
+//! Messages of at most [`EAGER_MAX`] bytes are copied into the mailbox instead, and their send
+//! completes at once: a second copy of a few bytes costs less than making the sender wait until
+//! its receiver gets a turn on a core.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,15 +15,21 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
+use super::backoff::NO_CPU;
 use super::doorbell::Doorbell;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
+
+/// Largest message sent eagerly (copied at posting): one cache line.
+pub const EAGER_MAX: usize = 64;
 
 #[derive(Clone, Copy, Debug)]
 struct SendDesc {
     seq: u64,
     ptr: usize,
     len: usize,
+    /// The message itself when sent eagerly.
+    eager: Option<[u8; EAGER_MAX]>,
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +111,11 @@ impl InprocFabric {
         }
     }
 
+    /// The CPU `rank` last waited on ([`NO_CPU`] when unknown).
+    pub fn cpu_of(&self, rank: usize) -> u32 {
+        self.bells[rank].get().map_or(NO_CPU, |b| b.cpu())
+    }
+
     /// Marks the fabric broken (a rank failed mid-operation) and wakes every rank.
     pub fn fail(&self, msg: &str) {
         if !self.failed.swap(true, Ordering::SeqCst) {
@@ -121,11 +136,27 @@ impl InprocFabric {
     }
 
     /// Posts a send of `len` bytes at `ptr` from `src` to `dst`; returns the sequence number
-    /// whose consumption completes it.
+    /// whose consumption completes it, or `None` when the message was copied (eager) and the
+    /// send is complete already.
     ///
     /// # Safety
-    /// `ptr` must stay valid and unmodified until `send_done` reports completion.
-    pub unsafe fn post_send(&self, src: usize, dst: usize, ptr: *const u8, len: usize) -> u64 {
+    /// `ptr` must be valid for reads of `len` bytes, and unless the send completed at once stay
+    /// valid and unmodified until `send_done` reports completion.
+    pub unsafe fn post_send(
+        &self,
+        src: usize,
+        dst: usize,
+        ptr: *const u8,
+        len: usize,
+    ) -> Option<u64> {
+        let eager = (len <= EAGER_MAX).then(|| {
+            let mut b = [0u8; EAGER_MAX];
+            if len > 0 {
+                // SAFETY: the caller guarantees len readable bytes at ptr.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, b.as_mut_ptr(), len) };
+            }
+            b
+        });
         let mb = self.mailbox(src, dst);
         let mut q = mb.queue.lock();
         let seq = mb.posted.load(Ordering::Relaxed) + 1;
@@ -134,10 +165,15 @@ impl InprocFabric {
             seq,
             ptr: ptr as usize,
             len,
+            eager,
         });
         drop(q);
         self.ring(dst);
-        seq
+        if eager.is_some() {
+            None
+        } else {
+            Some(seq)
+        }
     }
 
     /// Withdraws every unconsumed send from `src` to `dst`; on return no receiver reads the
@@ -189,7 +225,10 @@ impl InprocFabric {
             return Err(Error::new(ErrorKind::Para, msg));
         }
         if len > 0 {
-            let from = desc.ptr as *const u8;
+            let from = match &desc.eager {
+                Some(b) => b.as_ptr(),
+                None => desc.ptr as *const u8,
+            };
             match reduce {
                 None => {
                     if !std::ptr::eq(from, ptr) {
@@ -201,7 +240,90 @@ impl InprocFabric {
         }
         mb.consumed.store(desc.seq, Ordering::Release);
         drop(q);
-        self.ring(src);
+        // Only a rendezvous sender waits for its message to be taken.
+        if desc.eager.is_none() {
+            self.ring(src);
+        }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fabric of `n` ranks under a key of its own (`tag`: tests run in parallel).
+    fn fabric(n: usize, tag: u128) -> Arc<InprocFabric> {
+        let key = u128::from(std::process::id()) << 64 | tag;
+        let mut f = None;
+        for r in 0..n {
+            let bell = Arc::new(Doorbell::new(n).unwrap());
+            f = Some(InprocFabric::join(key, n, r, bell).unwrap());
+        }
+        f.unwrap()
+    }
+
+    #[test]
+    fn small_sends_complete_at_once_and_large_ones_when_taken() {
+        let f = fabric(2, 1);
+        let mut small: Vec<u8> = (1..=EAGER_MAX as u8).collect();
+        let expect_small = small.clone();
+        let big: Vec<u8> = (0..EAGER_MAX + 1).map(|i| (i * 7) as u8).collect();
+        // SAFETY: the buffers outlive the receives below.
+        let (s1, s2) = unsafe {
+            (
+                f.post_send(0, 1, small.as_ptr(), small.len()),
+                f.post_send(0, 1, big.as_ptr(), big.len()),
+            )
+        };
+        assert_eq!(
+            s1, None,
+            "a message of EAGER_MAX bytes is copied at posting"
+        );
+        let s2 = s2.expect("a larger one waits for its receiver");
+        assert!(!f.send_done(0, 1, s2));
+        // The eager copy is the sender's: overwriting its buffer changes nothing received.
+        small.fill(0);
+        let mut got_small = vec![0u8; EAGER_MAX];
+        let mut got_big = vec![0u8; big.len()];
+        // SAFETY: destination buffers of the stated lengths.
+        unsafe {
+            assert!(f
+                .try_recv(0, 1, got_small.as_mut_ptr(), EAGER_MAX, None)
+                .unwrap());
+            assert!(!f.send_done(0, 1, s2));
+            assert!(f
+                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None)
+                .unwrap());
+            assert!(!f
+                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None)
+                .unwrap());
+        }
+        assert!(f.send_done(0, 1, s2));
+        assert_eq!(got_small, expect_small);
+        assert_eq!(got_big, big);
+    }
+
+    #[test]
+    fn eager_messages_reduce_into_the_receive_buffer() {
+        let f = fabric(2, 2);
+        let a: Vec<f32> = vec![1.5, -2.0, 3.25];
+        let mut acc: Vec<f32> = vec![0.5, 4.0, -1.25];
+        let expect: Vec<f32> = a.iter().zip(&acc).map(|(x, y)| y + x).collect();
+        let red = crate::exec::executor::reduce_fn(
+            crate::base::dtype::DataType::Fp32,
+            crate::base::dtype::ReduceOp::Sum,
+        );
+        // SAFETY: buffers of the stated lengths, alive for the calls.
+        unsafe {
+            assert_eq!(f.post_send(1, 0, a.as_ptr().cast(), 12), None);
+            assert!(f
+                .try_recv(1, 0, acc.as_mut_ptr().cast(), 12, Some(&red))
+                .unwrap());
+        }
+        assert_eq!(
+            acc.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            expect.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! operations whose peers post the matching ones completes without deadlock.
 
 pub mod acceptor;
+pub mod backoff;
 pub mod cma;
 pub mod doorbell;
 pub mod futex;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
+use backoff::Wait;
 use doorbell::Doorbell;
 use inproc::InprocFabric;
 use shm::ShmLink;
@@ -76,6 +78,54 @@ enum Link {
 /// Longest sleep while shared-memory and in-process work are both pending: in-process peers
 /// ring the eventfd doorbell, not the shared futex, so the futex sleep must stay short.
 const MIXED_SLEEP: Duration = Duration::from_micros(200);
+
+/// What an endpoint's wait watches besides the primitive it sleeps on: in-process events
+/// (`bell_seen`, when it sleeps on the shared segment) and where the peers it waits for run.
+struct PeerWait<'a> {
+    ep: &'a Endpoint,
+    bell_seen: Option<u64>,
+}
+
+impl Wait for PeerWait<'_> {
+    fn ready(&mut self) -> bool {
+        self.bell_seen.is_some_and(|s| self.ep.bell.seq() != s)
+    }
+
+    fn here(&mut self, cpu: u32) -> bool {
+        let ep = self.ep;
+        // Published in both places: in-process peers read the doorbell, others the segment.
+        ep.bell.set_cpu(cpu);
+        if let Some(seg) = &ep.shm_seg {
+            seg.set_cpu(cpu);
+        }
+        if cpu == backoff::NO_CPU {
+            // Unknown: peers not seen yet hold the same value.
+            return false;
+        }
+        let shm = ep
+            .shm_active
+            .iter()
+            .any(|&p| matches!(&ep.links[p as usize], Link::Shm(l) if l.peer_cpu() == cpu));
+        shm || ep.fabric.as_ref().is_some_and(|f| {
+            ep.pending.iter().any(|p| match p {
+                Pending::MemSend { peer, .. } | Pending::MemRecv { peer, .. } => {
+                    f.cpu_of(*peer as usize) == cpu
+                }
+            })
+        })
+    }
+}
+
+/// How an endpoint's last shared-memory wait ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    /// No wait yet in this call.
+    NotYet,
+    /// Something rang (or an in-process event happened).
+    Event,
+    /// The wait ran out (or slept in a short slice beside TCP).
+    TimedOut,
+}
 
 #[derive(Clone, Copy)]
 enum Pending {
@@ -213,8 +263,9 @@ impl Endpoint {
             Link::Local => self.local_sends.push((ptr as usize, len)),
             Link::Memory => {
                 let f = self.fabric.as_ref().expect("memory link has a fabric");
-                let seq = f.post_send(self.me as usize, peer as usize, ptr, len);
-                self.pending.push(Pending::MemSend { peer, seq });
+                if let Some(seq) = f.post_send(self.me as usize, peer as usize, ptr, len) {
+                    self.pending.push(Pending::MemSend { peer, seq });
+                }
             }
             Link::Shm(l) => {
                 l.post_send(ptr, len);
@@ -311,7 +362,9 @@ impl Endpoint {
             ));
         }
         let mut pollfds: Vec<libc::pollfd> = Vec::new();
-        let mut check_shm_peers = false;
+        // How the last shared-memory wait ended, for the peer checks below.
+        let mut woke = Woke::NotYet;
+        let mut last_full_check: Option<Instant> = None;
         loop {
             let seen = self.bell.seq();
             let shm_seen = self.shm_seg.as_ref().map(|s| s.bell_seq());
@@ -334,11 +387,25 @@ impl Endpoint {
             if progressed {
                 continue;
             }
-            if check_shm_peers {
-                // A wait ended without work to do: a peer may have aborted or died.
+            if woke != Woke::NotYet {
+                // A wait ended without work to do: a peer may have aborted or died. Its failure
+                // flag is one load; its liveness connection costs a system call, so that is
+                // checked when the wait timed out, or now and then while other peers' events
+                // keep waking this rank.
+                let full = woke == Woke::TimedOut || {
+                    let t = *last_full_check.get_or_insert_with(Instant::now);
+                    t.elapsed() >= shm::SLEEP_TICK
+                };
+                if full {
+                    last_full_check = Some(Instant::now());
+                }
                 for &p in &self.shm_active {
                     if let Link::Shm(l) = &self.links[p as usize] {
-                        l.check_peer()?;
+                        if full {
+                            l.check_peer()?;
+                        } else {
+                            l.check_aborted()?;
+                        }
                     }
                 }
             }
@@ -359,13 +426,25 @@ impl Endpoint {
                     } else {
                         left.min(MIXED_SLEEP)
                     };
-                    seg.wait(s, max);
-                    check_shm_peers = true;
+                    // In-process peers ring the endpoint's doorbell, not the segment's.
+                    let mut also = PeerWait {
+                        ep: self,
+                        bell_seen: Some(seen),
+                    };
+                    woke = if seg.wait(s, max, &mut also) {
+                        Woke::Event
+                    } else {
+                        Woke::TimedOut
+                    };
                     continue;
                 }
                 // Shared memory and TCP both pending: shared-memory arrivals do not wake the
                 // poll below, so sleep in short slices.
-                check_shm_peers = !self.shm_active.is_empty();
+                woke = if self.shm_active.is_empty() {
+                    Woke::NotYet
+                } else {
+                    Woke::TimedOut
+                };
             }
             let timeout_ms = match deadline {
                 None => 1000,
@@ -387,8 +466,17 @@ impl Endpoint {
                     });
                 }
             }
-            let timeout_ms = if check_shm_peers { 1 } else { timeout_ms };
-            self.bell.wait(seen, &mut pollfds, timeout_ms.max(1));
+            let timeout_ms = if woke == Woke::TimedOut {
+                1
+            } else {
+                timeout_ms
+            };
+            let mut also = PeerWait {
+                ep: self,
+                bell_seen: None,
+            };
+            self.bell
+                .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);
         }
     }
 

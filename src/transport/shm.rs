@@ -34,12 +34,13 @@
 //!
 //! # Waiting
 //! Each segment's header carries a doorbell: a 32-bit futex word bumped by every peer that
-//! publishes or frees something for its owner, and a sleeper count. A waiting rank spins briefly
-//! on the word, then yields, then sleeps on the futex with a bounded timeout; peers call
-//! `FUTEX_WAKE` only when the owner sleeps. When the host has more ranks than cores the spin
-//! phase is short and yields dominate, so ranks that have work get the CPU. A rank whose wait
-//! ends with nothing to do checks its peers: a raised failure flag or a closed liveness
-//! connection fails the operation at once instead of at `HCCL_EXEC_TIMEOUT`.
+//! publishes or frees something for its owner, and a sleeper count. A waiting rank polls the word
+//! under its [`Backoff`] policy (short spins between yields; no spins when the host has more
+//! ranks than cores, so ranks that have work get the CPU), then sleeps on the futex with a
+//! bounded timeout; peers call `FUTEX_WAKE` only when the owner sleeps. A rank whose wait ends
+//! with nothing to do checks its peers' failure flags, and when the wait timed out also their
+//! liveness connections, so a lost peer fails the operation at once instead of at
+//! `HCCL_EXEC_TIMEOUT`.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -49,6 +50,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -80,6 +82,9 @@ const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
 const OFF_FAILED: usize = 64;
 const OFF_BELL: usize = 128;
 const OFF_SLEEPERS: usize = 132;
+/// The CPU the owner last waited on, on a line of its own: peers read it while the owner's
+/// bell line bounces between them.
+const OFF_CPU: usize = 192;
 
 const HELLO_LEN: usize = 64;
 const HELLO_MAGIC: u64 = 0x4f4c_4c45_484d_4853;
@@ -193,8 +198,7 @@ impl Geometry {
 pub struct Segment {
     map: Mapping,
     geo: Geometry,
-    spin: u32,
-    yields: u32,
+    backoff: Backoff,
 }
 
 impl Segment {
@@ -230,15 +234,14 @@ impl Segment {
             )
         })?;
         map.u64_at(0).store(MAGIC, Ordering::Relaxed);
+        map.u32_at(OFF_CPU).store(NO_CPU, Ordering::Relaxed);
         map.u64_at(8)
             .store(std::process::id() as u64, Ordering::Release);
-        let (spin, yields) = if crowded { (64, 2000) } else { (4000, 100) };
         Ok((
             Arc::new(Segment {
                 map,
                 geo,
-                spin,
-                yields,
+                backoff: Backoff::new(crowded),
             }),
             fd,
         ))
@@ -249,31 +252,45 @@ impl Segment {
         self.map.bell().load(Ordering::SeqCst)
     }
 
-    /// Waits until the doorbell differs from `seen` or `max` passes: spin, yield, then futex.
-    /// Returns whether the doorbell moved.
-    pub fn wait(&self, seen: u32, max: Duration) -> bool {
+    /// Records the CPU this rank runs on, for peers deciding whether to yield to it.
+    pub fn set_cpu(&self, cpu: u32) {
+        publish_cpu(self.map.u32_at(OFF_CPU), cpu);
+    }
+
+    /// Waits until the doorbell differs from `seen`, `also` is ready or `max` passes: polls
+    /// under the backoff policy, then sleeps on the futex (at most [`SLEEP_TICK`]; `also` is
+    /// not checked while asleep). Returns whether the doorbell moved or `also` was ready.
+    pub fn wait(&self, seen: u32, max: Duration, also: &mut impl Wait) -> bool {
+        struct SegWait<'a, W: Wait> {
+            bell: &'a AtomicU32,
+            seen: u32,
+            also: &'a mut W,
+        }
+        impl<W: Wait> Wait for SegWait<'_, W> {
+            fn ready(&mut self) -> bool {
+                self.bell.load(Ordering::Acquire) != self.seen || self.also.ready()
+            }
+            fn slow(&mut self) -> bool {
+                self.also.slow()
+            }
+            fn here(&mut self, cpu: u32) -> bool {
+                self.also.here(cpu)
+            }
+        }
         let bell = self.map.bell();
-        for _ in 0..self.spin {
-            if bell.load(Ordering::Acquire) != seen {
-                return true;
-            }
-            std::hint::spin_loop();
-        }
-        for _ in 0..self.yields {
-            if bell.load(Ordering::Acquire) != seen {
-                return true;
-            }
-            std::thread::yield_now();
-        }
+        let mut w = SegWait { bell, seen, also };
+        let Some(left) = self.backoff.run(max, &mut w) else {
+            return true;
+        };
         let sleepers = self.map.u32_at(OFF_SLEEPERS);
         sleepers.fetch_add(1, Ordering::SeqCst);
         // Publishing the sleeper before re-reading the bell pairs with `ring`'s bump-then-check:
         // one of the two always sees the other, so no wake-up is lost.
-        if bell.load(Ordering::SeqCst) == seen {
-            futex_wait(bell, seen, max.min(SLEEP_TICK));
+        if bell.load(Ordering::SeqCst) == seen && !left.is_zero() {
+            futex_wait(bell, seen, left.min(SLEEP_TICK));
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
-        bell.load(Ordering::Acquire) != seen
+        w.ready()
     }
 
     /// Marks this rank failed (peers stop waiting for it) and wakes it.
@@ -449,6 +466,10 @@ impl ShmLink {
     }
 
     fn progress_tx(&mut self) -> bool {
+        if self.tx.is_empty() {
+            // Nothing to publish or retire: leave the receiver's `consumed` line alone.
+            return false;
+        }
         let mut any = false;
         let mut published = false;
         for i in 0..self.tx.len() {
@@ -665,11 +686,22 @@ impl ShmLink {
         Ok(any)
     }
 
-    /// Fails when the peer has aborted or its process is gone (its liveness connection closed).
-    pub fn check_peer(&self) -> Result<()> {
+    /// The CPU the peer last waited on ([`NO_CPU`] before its first wait).
+    pub fn peer_cpu(&self) -> u32 {
+        self.peer_map.u32_at(OFF_CPU).load(Ordering::Relaxed)
+    }
+
+    /// Fails when the peer has aborted (raised its failure flag): one shared-memory load.
+    pub fn check_aborted(&self) -> Result<()> {
         if self.peer_map.failed() {
             return Err(peer_failed(self.peer, self.pid));
         }
+        Ok(())
+    }
+
+    /// Fails when the peer has aborted or its process is gone (its liveness connection closed).
+    pub fn check_peer(&self) -> Result<()> {
+        self.check_aborted()?;
         let mut p = libc::pollfd {
             fd: self.stream.as_raw_fd(),
             events: libc::POLLIN | libc::POLLRDHUP,
@@ -923,6 +955,7 @@ pub fn introduce(
 mod tests {
     use super::*;
     use crate::base::dtype::{DataType, ReduceOp};
+    use crate::transport::backoff::Until;
     use std::net::TcpListener;
 
     fn pair() -> (TcpStream, TcpStream) {
@@ -1029,7 +1062,8 @@ mod tests {
         let seg = b.segment().clone();
         let seen = seg.bell_seq();
         let t0 = Instant::now();
-        assert!(!seg.wait(seen, Duration::from_millis(20)));
+        let mut nothing = Until(|| false);
+        assert!(!seg.wait(seen, Duration::from_millis(20), &mut nothing));
         assert!(t0.elapsed() >= Duration::from_millis(15));
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
@@ -1037,7 +1071,7 @@ mod tests {
             a
         });
         let t0 = Instant::now();
-        while !seg.wait(seen, Duration::from_secs(5)) {
+        while !seg.wait(seen, Duration::from_secs(5), &mut nothing) {
             assert!(t0.elapsed() < Duration::from_secs(5), "wake-up lost");
         }
         t.join().unwrap();

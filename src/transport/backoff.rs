@@ -1,0 +1,354 @@
+//! How a waiting rank spends the time before it sleeps: checks separated by spins or by yields
+//! of its core, for a bounded budget.
+//!
+//! A spin only pays off when the peer runs on another core at the same time; a yield is what
+//! lets a peer that shares this core run at all, but on a busy machine it also hands the core
+//! to unrelated work for a whole time slice. So a waiter with a core of its own spins, and
+//! yields when a peer it waits for was last seen on this very CPU (that peer cannot be running:
+//! it is queued behind the waiter), or now and then in case that record is stale. Every waiter
+//! records the CPU it runs on where its peers can read it. A waiter that keeps finding a peer on
+//! its CPU moves itself to another one, since two ranks taking turns on one core while another
+//! idles run several times slower than apart. When the host runs more ranks than it has cores,
+//! every peer is likely queued behind some waiter, so there is no spin at all: each check is
+//! followed by a yield and the ranks take turns. Sleeping comes only after the budget, since a
+//! sleeper costs whoever wakes it a system call and itself a wake-up latency.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Pause rounds between checks of the costlier kind (tens of nanoseconds each).
+const SPINS: u32 = 64;
+/// How long a waiter with a core of its own polls before sleeping.
+const BUDGET: Duration = Duration::from_micros(100);
+/// Longest spin without a yield, for a waiter that sees no peer queued on its CPU.
+const YIELD_EVERY: Duration = Duration::from_micros(40);
+/// How long a waiter on a crowded host yields before sleeping: long enough to cover the other
+/// ranks' turns many times over, short enough that a rank left waiting for a slow peer soon
+/// stops taking turns from it.
+const BUDGET_CROWDED: Duration = Duration::from_millis(1);
+
+/// After this many consecutive rounds that find a peer queued on the waiter's CPU, the waiter
+/// moves to another CPU. Wake-ups place a woken rank beside its waker, so the scheduler often
+/// stacks two ranks on one CPU next to an idle one; while they yield to each other both stay
+/// cache-hot, and the load balancer leaves them there for tens of milliseconds.
+const MOVE_AFTER: u32 = 16;
+
+/// A CPU number that matches no CPU: where a rank is before it first waits.
+pub const NO_CPU: u32 = u32::MAX;
+
+/// What a wait waits for.
+pub trait Wait {
+    /// Whether the event has happened; checked between spins, so it must be cheap.
+    fn ready(&mut self) -> bool;
+    /// A costlier check, made once per round of spins (a non-blocking `poll`, say).
+    fn slow(&mut self) -> bool {
+        false
+    }
+    /// Records that the waiter runs on `cpu` ([`NO_CPU`]: on none it can vouch for, as it is
+    /// about to move) and tells whether a peer it waits for was last seen there (`NO_CPU`
+    /// matches nothing). Called at the start and once per round, only when the host is not
+    /// crowded.
+    fn here(&mut self, _cpu: u32) -> bool {
+        false
+    }
+}
+
+/// A wait for `ready` alone.
+pub struct Until<F: FnMut() -> bool>(pub F);
+
+impl<F: FnMut() -> bool> Wait for Until<F> {
+    fn ready(&mut self) -> bool {
+        (self.0)()
+    }
+}
+
+/// Records `cpu` in `word` (a rank's published location), writing only on change so that
+/// readers keep the line cached.
+pub fn publish_cpu(word: &AtomicU32, cpu: u32) {
+    if word.load(Ordering::Relaxed) != cpu {
+        word.store(cpu, Ordering::Relaxed);
+    }
+}
+
+fn current_cpu() -> u32 {
+    // SAFETY: no arguments; glibc reads it from the thread's rseq area (or asks the kernel).
+    let c = unsafe { libc::sched_getcpu() };
+    if c < 0 {
+        NO_CPU
+    } else {
+        c as u32
+    }
+}
+
+/// Moves the calling thread to another CPU it may run on, leaving its affinity mask as it was:
+/// the mask is narrowed to exclude the current CPU (the kernel migrates the thread before the
+/// call returns), then restored (which does not move it back). Returns the new CPU, or `None`
+/// when the thread may run on no other CPU. A mask the application changes for this very
+/// thread from another thread in between would be overwritten; nothing else is touched.
+fn move_off_cpu() -> Option<u32> {
+    let here = current_cpu();
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `mask` is a writable cpu_set_t of `size` bytes.
+    if unsafe { libc::sched_getaffinity(0, size, &mut mask) } != 0 {
+        return None;
+    }
+    let here_idx = here as usize;
+    let mut others = mask;
+    // SAFETY: indices are checked against the set's capacity first.
+    unsafe {
+        if here_idx >= 8 * size || !libc::CPU_ISSET(here_idx, &mask) {
+            return None;
+        }
+        libc::CPU_CLR(here_idx, &mut others);
+        if libc::CPU_COUNT(&others) == 0 {
+            return None;
+        }
+    }
+    // SAFETY: valid cpu_set_t values of `size` bytes for the calling thread.
+    let moved = unsafe { libc::sched_setaffinity(0, size, &others) } == 0;
+    // SAFETY: as above; restores exactly the mask read before.
+    unsafe { libc::sched_setaffinity(0, size, &mask) };
+    let now = current_cpu();
+    (moved && now != here).then_some(now)
+}
+
+/// A waiting policy for one rank.
+#[derive(Debug)]
+pub struct Backoff {
+    crowded: bool,
+    budget: Duration,
+    /// Consecutive rounds that found a peer on this CPU.
+    colocated_rounds: AtomicU32,
+}
+
+impl Backoff {
+    /// The policy for a rank on a host running `host_ranks` ranks.
+    pub fn for_host(host_ranks: usize) -> Backoff {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        Backoff::new(host_ranks > cores)
+    }
+
+    /// The policy for a host whose ranks outnumber its cores (`crowded`) or not.
+    pub fn new(crowded: bool) -> Backoff {
+        Backoff {
+            crowded,
+            budget: if crowded { BUDGET_CROWDED } else { BUDGET },
+            colocated_rounds: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this policy is the one for a crowded host.
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
+    /// Checks `w` until it is ready or the budget, at most `limit`, is spent. Returns `None`
+    /// once ready, else the part of `limit` left (for sleeping).
+    pub fn run(&self, limit: Duration, w: &mut impl Wait) -> Option<Duration> {
+        let budget = self.budget.min(limit);
+        let mut start: Option<Instant> = None;
+        let mut last_yield = Duration::ZERO;
+        // Published at every wait, not only long ones: a record left from before a migration
+        // would make a peer yield to a CPU this rank no longer runs on.
+        let mut colocated = !self.crowded && w.here(current_cpu());
+        loop {
+            // A peer queued behind this rank cannot act before it yields: no spin then.
+            let spins = if self.crowded || colocated { 0 } else { SPINS };
+            for _ in 0..spins {
+                if w.ready() {
+                    return None;
+                }
+                std::hint::spin_loop();
+            }
+            if w.ready() || w.slow() {
+                return None;
+            }
+            // The clock is read only once the first check failed: an event that is already
+            // there costs nothing but the check.
+            let t0 = *start.get_or_insert_with(Instant::now);
+            let spent = t0.elapsed();
+            if spent >= budget {
+                return Some(limit.saturating_sub(spent));
+            }
+            if !colocated {
+                self.colocated_rounds.store(0, Ordering::Relaxed);
+            } else if self.colocated_rounds.fetch_add(1, Ordering::Relaxed) + 1 >= MOVE_AFTER {
+                self.colocated_rounds.store(0, Ordering::Relaxed);
+                // Withdrawn first: the peer gets the CPU as this rank leaves, and must not take
+                // a stale record for a reason to leave as well.
+                w.here(NO_CPU);
+                if let Some(cpu) = move_off_cpu() {
+                    colocated = w.here(cpu);
+                    continue;
+                }
+                colocated = w.here(current_cpu());
+            }
+            if self.crowded || colocated || spent - last_yield >= YIELD_EVERY {
+                last_yield = spent;
+                std::thread::yield_now();
+            }
+            colocated = !self.crowded && w.here(current_cpu());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    struct Count {
+        ready_after: u32,
+        checks: u32,
+        slow: bool,
+        heres: u32,
+        cpus: Vec<u32>,
+        withdrawn: u32,
+        peer_here: bool,
+    }
+
+    impl Wait for Count {
+        fn ready(&mut self) -> bool {
+            self.checks += 1;
+            self.checks > self.ready_after
+        }
+        fn slow(&mut self) -> bool {
+            self.slow
+        }
+        fn here(&mut self, cpu: u32) -> bool {
+            if cpu == NO_CPU {
+                self.withdrawn += 1;
+                return false;
+            }
+            self.heres += 1;
+            if !self.cpus.contains(&cpu) {
+                self.cpus.push(cpu);
+            }
+            self.peer_here
+        }
+    }
+
+    fn count(ready_after: u32) -> Count {
+        Count {
+            ready_after,
+            checks: 0,
+            slow: false,
+            heres: 0,
+            cpus: Vec::new(),
+            withdrawn: 0,
+            peer_here: false,
+        }
+    }
+
+    #[test]
+    fn returns_at_once_when_ready_and_gives_up_after_the_budget() {
+        for crowded in [false, true] {
+            let b = Backoff::new(crowded);
+            assert_eq!(b.crowded(), crowded);
+            let mut w = count(0);
+            assert_eq!(b.run(Duration::MAX, &mut w), None);
+            assert_eq!(w.checks, 1);
+            let limit = Duration::from_secs(10);
+            let t0 = Instant::now();
+            let mut w = count(u32::MAX);
+            let left = b.run(limit, &mut w).expect("never ready");
+            assert!(t0.elapsed() >= b.budget);
+            assert!(left <= limit - b.budget);
+            // Only a waiter with a core of its own looks for its peers' CPUs.
+            assert_eq!(w.heres > 0, !crowded);
+            // A zero limit allows one round of checks and no yield.
+            let mut w = count(u32::MAX);
+            assert_eq!(b.run(Duration::ZERO, &mut w), Some(Duration::ZERO));
+            let spins = if crowded { 0 } else { SPINS };
+            assert_eq!(w.checks, spins + 1);
+            // A peer queued on this CPU gets it at once: no spins before the first yield.
+            let mut w = count(u32::MAX);
+            w.peer_here = true;
+            assert_eq!(b.run(Duration::ZERO, &mut w), Some(Duration::ZERO));
+            assert_eq!(w.checks, 1);
+            let mut w = count(u32::MAX);
+            w.slow = true;
+            assert_eq!(
+                b.run(Duration::MAX, &mut w),
+                None,
+                "the slow check ends it too"
+            );
+        }
+    }
+
+    #[test]
+    fn sees_an_event_from_another_thread() {
+        for crowded in [false, true] {
+            let flag = Arc::new(AtomicBool::new(false));
+            let f2 = flag.clone();
+            let t = std::thread::spawn(move || f2.store(true, Ordering::Release));
+            // Keep waiting across budgets: a lost event shows as the harness timing out.
+            let b = Backoff::new(crowded);
+            let mut w = Until(|| flag.load(Ordering::Acquire));
+            while b.run(Duration::MAX, &mut w).is_some() {}
+            t.join().unwrap();
+        }
+    }
+
+    fn allowed_cpus() -> (libc::cpu_set_t, i32) {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set, filled in by the call.
+        let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: a writable cpu_set_t of `size` bytes.
+        assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut mask) }, 0);
+        // SAFETY: reads the set just filled in.
+        let n = unsafe { libc::CPU_COUNT(&mask) };
+        (mask, n)
+    }
+
+    fn same_mask(a: &libc::cpu_set_t, b: &libc::cpu_set_t) -> bool {
+        // SAFETY: indices below the set's capacity.
+        (0..8 * std::mem::size_of::<libc::cpu_set_t>())
+            .all(|i| unsafe { libc::CPU_ISSET(i, a) == libc::CPU_ISSET(i, b) })
+    }
+
+    #[test]
+    fn moving_off_a_cpu_keeps_the_affinity_mask() {
+        let (before, n) = allowed_cpus();
+        let here = current_cpu();
+        let moved = move_off_cpu();
+        assert!(same_mask(&before, &allowed_cpus().0));
+        if n < 2 {
+            assert_eq!(moved, None);
+        } else {
+            let cpu = moved.expect("another CPU is allowed");
+            assert_ne!(cpu, here);
+        }
+    }
+
+    #[test]
+    fn a_waiter_stuck_beside_its_peer_moves() {
+        let (before, n) = allowed_cpus();
+        // Every round finds the peer on this CPU: after MOVE_AFTER rounds the waiter moves.
+        let mut w = count(2 * MOVE_AFTER);
+        w.peer_here = true;
+        let b = Backoff {
+            budget: Duration::from_secs(100),
+            ..Backoff::new(false)
+        };
+        assert_eq!(b.run(Duration::from_secs(200), &mut w), None);
+        assert!(same_mask(&before, &allowed_cpus().0));
+        assert_eq!(w.withdrawn, 2, "its record is withdrawn before each move");
+        if n >= 2 {
+            assert!(w.cpus.len() >= 2, "never moved: {:?}", w.cpus);
+        }
+    }
+
+    #[test]
+    fn publishing_a_cpu_records_it() {
+        let word = AtomicU32::new(NO_CPU);
+        publish_cpu(&word, 3);
+        assert_eq!(word.load(Ordering::Relaxed), 3);
+        publish_cpu(&word, 3);
+        publish_cpu(&word, 0);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+}

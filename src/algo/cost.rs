@@ -39,15 +39,16 @@ pub enum LinkKind {
 
 impl LinkKind {
     /// Default cost. `Memory` is fitted to forced-algorithm runs of the benchmark tools on
-    /// this project's 2-core x86 VM (4 and 8 processes over shared memory: a ring step costs
-    /// ~3 µs, each extra mesh peer ~12 µs, mesh steps move data ~1.4× faster than ring steps);
+    /// this project's 2-core x86 VM (2, 4 and 8 processes over shared memory: a dependent step
+    /// costs ~1.1 µs per rank sharing a core, ~4 µs with 8 ranks on 2 cores; each extra mesh
+    /// peer ~1 µs; mesh steps move data ~1.4× faster than ring steps);
     /// `HostIpc` is loopback TCP on the same VM; `Network` a 10 GbE-class figure.
     pub fn default_cost(self) -> LinkCost {
         match self {
             LinkKind::Memory => LinkCost {
-                alpha: 3e-6,
+                alpha: 4e-6,
                 beta: 1.5e9,
-                peer: 12e-6,
+                peer: 1e-6,
                 mesh_beta: 2.1e9,
             },
             LinkKind::HostIpc => LinkCost {

@@ -48,10 +48,19 @@ fn step(comm: HcclComm, n: usize, a: &mut [f32], b: &mut [f32]) {
     let sum = HcclReduceOp::HCCL_REDUCE_SUM as u32;
     unsafe {
         let ok = HcclResult::HCCL_SUCCESS;
-        assert_eq!(HcclAllReduce(pa, pb, big as u64, fp32, sum, comm, null_mut()), ok);
+        assert_eq!(
+            HcclAllReduce(pa, pb, big as u64, fp32, sum, comm, null_mut()),
+            ok
+        );
         assert_eq!(HcclAllReduce(pa, pb, 2, fp32, sum, comm, null_mut()), ok);
-        assert_eq!(HcclAllGather(pa, pb, big as u64, fp32, comm, null_mut()), ok);
-        assert_eq!(HcclReduceScatter(pa, pb, big as u64, fp32, sum, comm, null_mut()), ok);
+        assert_eq!(
+            HcclAllGather(pa, pb, big as u64, fp32, comm, null_mut()),
+            ok
+        );
+        assert_eq!(
+            HcclReduceScatter(pa, pb, big as u64, fp32, sum, comm, null_mut()),
+            ok
+        );
         assert_eq!(HcclBroadcast(pa, big as u64, fp32, 0, comm, null_mut()), ok);
         assert_eq!(HcclBarrier(comm, null_mut()), ok);
     }
@@ -96,6 +105,9 @@ fn steady(n: usize) -> u64 {
 fn repeated_collectives_do_not_allocate() {
     for n in [2, 4] {
         let d = steady(n);
-        assert_eq!(d, 0, "{n} ranks: {d} heap allocations in 20 steady-state steps");
+        assert_eq!(
+            d, 0,
+            "{n} ranks: {d} heap allocations in 20 steady-state steps"
+        );
     }
 }

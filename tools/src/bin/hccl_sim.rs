@@ -118,7 +118,10 @@ fn parse_args() -> Result<Args, String> {
                 a.model.level1.mesh_beta = a.model.level1.beta;
             }
             "--model" => {
-                a.model = a.model.with_overrides(&val()?).map_err(|e| format!("--model: {e}"))?
+                a.model = a
+                    .model
+                    .with_overrides(&val()?)
+                    .map_err(|e| format!("--model: {e}"))?
             }
             "--check-count" => a.check_count = Some(parse_size(&val()?)?),
             "--no-check" => a.check = false,

@@ -281,7 +281,7 @@ impl InfoServer {
                     listener = Some(l);
                     break;
                 }
-                Err(e) => last = format!("{ip}:{port}: {e}"),
+                Err(e) => last = format!("{}: {e}", std::net::SocketAddr::new(ip, port)),
             }
         }
         let listener = listener.ok_or_else(|| {

@@ -252,6 +252,21 @@ pub fn predict(
     let (flat_hop, l0_hop) = (hop(&flat), hop(&m.level0));
     let p = 2f64.powf(n.log2().floor());
     let folded = p < n;
+    // Two-level forms work in pipeline pieces: (hosts, pieces, shard bytes).
+    let hier_piece = {
+        let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
+        (sh.hosts, np, bytes / np / sh.per_host)
+    };
+    // Level0 of a two-level piece: a mesh reduce-scatter into shards, copies folded in order
+    // (one more pass than direct), and the matching allgather or gather.
+    let hier_fold = |shard: f64| {
+        let mm = sh.per_host;
+        if mm > 1.0 {
+            2.0 * mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard) + 2.0 * g((mm - 1.0) * shard)
+        } else {
+            0.0
+        }
+    };
     let t = match (algo, coll) {
         (Algo::Direct, Coll::AllReduce { .. }) => {
             if memory && bytes > 4096.0 {
@@ -293,17 +308,10 @@ pub fn predict(
             (k + 2.0 * log2c(n + 1.0)) * flat_hop.msg(3.0 * c) + g(bytes)
         }
         (Algo::Hier, Coll::AllReduce { .. }) => {
-            let (mm, h) = (sh.per_host, sh.hosts);
-            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
-            let shard = bytes / np / mm;
+            let (h, np, shard) = hier_piece;
             // Per piece: level0 reduce-scatter (copies folded in order: one more pass than
             // direct) and allgather; level1 a ring allreduce of each shard across hosts.
-            let l0 = if mm > 1.0 {
-                2.0 * mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard)
-                    + 2.0 * g((mm - 1.0) * shard)
-            } else {
-                0.0
-            };
+            let l0 = hier_fold(shard);
             let l1 = if h > 1.0 {
                 2.0 * (h - 1.0) * m.level1.msg(shard / h) + g((h - 1.0) * shard / h)
             } else {
@@ -312,17 +320,10 @@ pub fn predict(
             hier_pipeline(np, l0, l1, 2.0 * (h - 1.0), m.level1.alpha)
         }
         (Algo::Hier, Coll::Reduce { .. }) => {
-            let (mm, h) = (sh.per_host, sh.hosts);
-            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
-            let shard = bytes / np / mm;
+            let (h, np, shard) = hier_piece;
             // Per piece: level0 reduce-scatter and gather to the root; level1 a ring
             // reduce-scatter of each shard and a gather to the root's host.
-            let l0 = if mm > 1.0 {
-                2.0 * mesh_step(&m.level0, mm - 1.0, (mm - 1.0) * shard)
-                    + 2.0 * g((mm - 1.0) * shard)
-            } else {
-                0.0
-            };
+            let l0 = hier_fold(shard);
             let (l1, k) = if h > 1.0 {
                 let part = (h - 1.0) * shard / h;
                 let t = (h - 1.0) * m.level1.msg(shard / h)
@@ -335,9 +336,7 @@ pub fn predict(
             hier_pipeline(np, l0, l1, k, m.level1.alpha)
         }
         (Algo::Hier, Coll::Broadcast { .. }) => {
-            let (mm, h) = (sh.per_host, sh.hosts);
-            let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
-            let shard = bytes / np / mm;
+            let ((h, np, shard), mm) = (hier_piece, sh.per_host);
             // Every step the root's host scatters a piece, hosts spread pieces they received
             // and each chain moves a shard one host on: np + h − 2 steps carry both levels.
             let l0 = if mm > 1.0 {

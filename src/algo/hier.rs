@@ -289,30 +289,22 @@ fn behind(blocks: &[Span], i: usize, k: usize) -> Span {
 /// in steps `t … t+h−2`: step k sends block i−1−k right and reduces block i−2−k from the left
 /// into place, so member i ends with block i complete. Empty blocks are not sent.
 fn ring_reduce_scatter(st: &mut Stages, t: usize, group: &[u32], i: usize, blocks: &[Span]) {
-    let h = group.len();
-    for k in 0..h.saturating_sub(1) {
-        let (out, inc) = (behind(blocks, i, k + 1), behind(blocks, i, k + 2));
-        let stage = st.at(t + k);
-        if out.len > 0 {
-            stage.push(Action::Send {
-                peer: group[(i + 1) % h],
-                src: out,
-            });
-        }
-        if inc.len > 0 {
-            stage.push(Action::RecvReduce {
-                peer: group[(i + h - 1) % h],
-                dst: inc,
-            });
-        }
-    }
+    ring_pass(st, t, group, i, blocks, true);
 }
 
 /// Ring allgather among `group` (member `i` starts with block i) in steps `t … t+h−2`.
 fn ring_allgather(st: &mut Stages, t: usize, group: &[u32], i: usize, blocks: &[Span]) {
+    ring_pass(st, t, group, i, blocks, false);
+}
+
+/// One ring pass of h−1 steps from step `t`: step k sends block i−k (one further back when
+/// reducing) right and receives the block behind it from the left, reducing it in when
+/// `reduce` is set.
+fn ring_pass(st: &mut Stages, t: usize, group: &[u32], i: usize, blocks: &[Span], reduce: bool) {
     let h = group.len();
+    let lag = usize::from(reduce);
     for k in 0..h.saturating_sub(1) {
-        let (out, inc) = (behind(blocks, i, k), behind(blocks, i, k + 1));
+        let (out, inc) = (behind(blocks, i, k + lag), behind(blocks, i, k + lag + 1));
         let stage = st.at(t + k);
         if out.len > 0 {
             stage.push(Action::Send {
@@ -321,9 +313,11 @@ fn ring_allgather(st: &mut Stages, t: usize, group: &[u32], i: usize, blocks: &[
             });
         }
         if inc.len > 0 {
-            stage.push(Action::Recv {
-                peer: group[(i + h - 1) % h],
-                dst: inc,
+            let peer = group[(i + h - 1) % h];
+            stage.push(if reduce {
+                Action::RecvReduce { peer, dst: inc }
+            } else {
+                Action::Recv { peer, dst: inc }
             });
         }
     }

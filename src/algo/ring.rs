@@ -119,22 +119,11 @@ fn ag_phase(s: &mut Schedule, ctx: &Ctx, buf: Buf, blocks: &[(usize, usize)], sh
     pipelined(s, ctx, buf, blocks, &stages, chunks);
 }
 
-/// Ring AllReduce: reduce-scatter then allgather, in the output buffer.
+/// Ring AllReduce: reduce-scatter then allgather, in the output buffer, pipelined in chunks
+/// sized from the largest block.
 pub fn allreduce(ctx: &Ctx, count: usize) -> Schedule {
-    let mut s = Schedule::new("ring");
-    let bytes = count * ctx.elem;
-    if count == 0 {
-        return s;
-    }
-    s.step().push(Action::Copy {
-        src: Span::new(Buf::Send, 0, bytes),
-        dst: Span::new(Buf::Recv, 0, bytes),
-    });
-    if ctx.n == 1 {
-        return s;
-    }
-    let blocks = even_blocks(count, ctx.n as usize);
-    allreduce_chunked(ctx, count, chunks_for(max_block(&blocks, ctx.elem)))
+    let block = count.div_ceil(ctx.n as usize) * ctx.elem;
+    allreduce_chunked(ctx, count, chunks_for(block))
 }
 
 /// Ring AllReduce with each block cut into `chunks` pipeline chunks.

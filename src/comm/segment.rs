@@ -92,32 +92,30 @@ pub fn split(coll: &Coll, elem: usize, me: u32, n: u32, parts: usize) -> Option<
                 })
                 .collect()
         }
-        Coll::AllGatherV { counts, displs } => (0..parts)
-            .map(|i| {
-                let (c, f) = pieces(counts, i);
-                Segment {
-                    coll: Coll::AllGatherV {
-                        displs: displs.iter().zip(&f).map(|(d, f)| d + f).collect(),
-                        counts: c,
-                    },
-                    send_off: f[me] * elem,
-                    recv_off: 0,
-                }
-            })
-            .collect(),
-        Coll::ReduceScatterV { counts, displs } => (0..parts)
-            .map(|i| {
-                let (c, f) = pieces(counts, i);
-                Segment {
-                    coll: Coll::ReduceScatterV {
-                        displs: displs.iter().zip(&f).map(|(d, f)| d + f).collect(),
-                        counts: c,
-                    },
-                    send_off: 0,
-                    recv_off: f[me] * elem,
-                }
-            })
-            .collect(),
+        Coll::AllGatherV { counts, displs } | Coll::ReduceScatterV { counts, displs } => {
+            // The gathering form slices this rank's input, the scattering form its output.
+            let gather = matches!(coll, Coll::AllGatherV { .. });
+            (0..parts)
+                .map(|i| {
+                    let (counts, f) = pieces(counts, i);
+                    let displs = displs.iter().zip(&f).map(|(d, f)| d + f).collect();
+                    let mine = f[me] * elem;
+                    if gather {
+                        Segment {
+                            coll: Coll::AllGatherV { counts, displs },
+                            send_off: mine,
+                            recv_off: 0,
+                        }
+                    } else {
+                        Segment {
+                            coll: Coll::ReduceScatterV { counts, displs },
+                            send_off: 0,
+                            recv_off: mine,
+                        }
+                    }
+                })
+                .collect()
+        }
         Coll::Scatter { .. } | Coll::AlltoAllV { .. } | Coll::P2p { .. } | Coll::Barrier => {
             return None
         }

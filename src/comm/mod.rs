@@ -1,16 +1,18 @@
 //! Communicators: bootstrap (root info, rank tables, sub-communicators), configuration, the
-//! handle registry, groups, and the entry point that runs an operation.
+//! handle registry, groups, the dispatch of an operation (now, on a stream, or in a group), and
+//! the launcher's world (ranks from mpirun, torchrun or hcclrun variables).
 
 pub mod bootstrap;
 pub mod calibrate;
 pub mod communicator;
 pub mod config;
+pub mod dispatch;
 pub mod group;
 pub mod host_runtime;
-pub mod launch;
 pub mod rank_table;
 pub mod registry;
 pub mod root_info;
 pub mod segment;
+pub mod world;
 
 pub use communicator::{Communicator, OpArgs};

@@ -19,7 +19,7 @@ use super::types::{
 use super::validate as v;
 use crate::algo::{Coll, P2pItem};
 use crate::base::error::{Error, ErrorKind};
-use crate::comm::launch::launch;
+use crate::comm::dispatch::dispatch;
 use crate::comm::OpArgs;
 
 macro_rules! entry {
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn HcclAllReduce(
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn HcclBroadcast(
             recv: b,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn HcclReduce(
             recv: v::buffer(recvBuf, recv_bytes, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn HcclAllGather(
             recv: v::buffer(recvBuf, total, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn HcclAllGatherV(
             op: None,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn HcclReduceScatter(
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -334,7 +334,7 @@ pub unsafe extern "C" fn HcclReduceScatterV(
             op: Some(op),
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -378,7 +378,7 @@ pub unsafe extern "C" fn HcclScatter(
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -452,7 +452,7 @@ pub unsafe extern "C" fn HcclAlltoAll(
             recv: v::buffer(recvBuf, total, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -506,7 +506,7 @@ pub unsafe extern "C" fn HcclAlltoAllV(
             recv: v::buffer(recvBuf, re, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -573,7 +573,7 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
             recv: v::buffer(recvBuf, re, "recvBuf")?,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -608,7 +608,7 @@ fn p2p(
             recv: 0,
             ext: vec![b],
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -690,7 +690,7 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
             recv: 0,
             ext,
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }
 
@@ -709,6 +709,6 @@ pub unsafe extern "C" fn HcclBarrier(comm: HcclComm, stream: aclrtStream) -> Hcc
             recv: 0,
             ext: Vec::new(),
         };
-        launch(c, args, stream as usize)
+        dispatch(c, args, stream as usize)
     })
 }

@@ -2,7 +2,7 @@
 //!
 //! Two ways to start it:
 //! - `hccl_diag --size N` on one host: starts N ranks of itself through [`crate::launcher`];
-//! - under any launcher [`crate::launch`] understands (`mpirun`, `hcclrun`, torchrun-style
+//! - under any launcher [`hccl::comm::world`] understands (`mpirun`, `hcclrun`, torchrun-style
 //!   `RANK`/`WORLD_SIZE`/`MASTER_ADDR`), one rank per process across hosts; with
 //!   `--rank-table FILE` the communicator comes from the rank table instead of the root info.
 //!
@@ -30,7 +30,7 @@ use hccl::ffi::coll_api::{HcclAllGather, HcclRecv, HcclSend};
 use hccl::ffi::comm_api::HcclCommInitClusterInfo;
 use hccl::ffi::types::{HcclComm, HcclRootInfo, HCCL_ROOT_INFO_BYTES};
 
-use crate::launch::{self, World};
+use hccl::comm::world::{self, World};
 
 const UINT8: u32 = 7;
 /// Bytes of one rank's host record in the exchange.
@@ -513,14 +513,14 @@ fn bootstrap(w: &World, o: &Options) -> Result<HcclComm, String> {
         let ri = crate::root_info()?;
         if w.size > 1 {
             let blob: [u8; HCCL_ROOT_INFO_BYTES] = ri.internal.map(|c| c as u8);
-            let server = launch::InfoServer::start(w, blob)?;
+            let server = world::InfoServer::start(w, blob)?;
             let comm = crate::init_comm(w.size, &ri, w.rank)?;
             server.join()?;
             return Ok(comm);
         }
         ri
     } else {
-        let blob = launch::fetch(w)?;
+        let blob = world::fetch(w)?;
         HcclRootInfo {
             internal: blob.map(|b| b as std::os::raw::c_char),
         }
@@ -807,7 +807,7 @@ pub fn main() -> ExitCode {
     for v in ["HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT"] {
         set_default(v, o.timeout.as_secs());
     }
-    let world = match launch::detect(&launch::process_env) {
+    let world = match world::detect(&world::process_env) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("hccl_diag: error: {e}\n  hint: {}", hint(&e));

@@ -1,6 +1,6 @@
 //! `hcclrun`: starts N ranks of a program on this host.
 //!
-//! Every rank gets the variables of [`crate::launch`] (`HCCL_RANK`, `HCCL_WORLD_SIZE`,
+//! Every rank gets the variables of [`hccl::comm::world`] (`HCCL_RANK`, `HCCL_WORLD_SIZE`,
 //! `HCCL_LOCAL_RANK`, `HCCL_LOCAL_WORLD_SIZE`, `HCCL_ROOT_ADDR`, `HCCL_JOB_ID`) and the
 //! torchrun-style ones (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
 //! `MASTER_PORT`) for user programs that read those. Each rank runs in its own process group so
@@ -552,7 +552,7 @@ mod tests {
     fn environment_names_every_variable() {
         let e = rank_env(2, 4, 5000, "j");
         let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let w = crate::launch::detect(&get).unwrap().unwrap();
+        let w = hccl::comm::world::detect(&get).unwrap().unwrap();
         assert_eq!((w.rank, w.size, w.source), (2, 4, "hccl"));
         assert_eq!(w.local_size, Some(4));
         assert_eq!(get("MASTER_PORT").as_deref(), Some("5000"));

@@ -3,7 +3,7 @@
 //! One binary per operation (`all_reduce_test`, `all_gather_test`, ...) calls [`main`] with its
 //! [`Op`]; everything else is shared:
 //! - [`cli`]: the vendor's flags, and the size sweep;
-//! - [`launch`]: ranks from MPI / torchrun / our launcher's variables, and shipping the root info;
+//! - [`hccl::comm::world`]: ranks from MPI / torchrun / our launcher's variables, and shipping the root info;
 //! - [`ops`]: buffer layouts and the library calls of each operation;
 //! - [`check`]: input patterns and independently computed expected results;
 //! - [`report`]: the table, progress line, CSV and JSON.
@@ -19,7 +19,6 @@ pub mod check;
 pub mod cli;
 pub mod diag;
 pub mod dtype;
-pub mod launch;
 pub mod launcher;
 pub mod ops;
 pub mod plot;
@@ -40,7 +39,7 @@ pub use cli::{Config, Defaults};
 pub use ops::Op;
 
 use check::{Oracle, Pattern};
-use launch::World;
+use hccl::comm::world::{self, World};
 use ops::Layout;
 use report::{CheckResult, Reporter, Row, RunInfo};
 
@@ -78,7 +77,7 @@ pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
     let world = if cfg.threads.is_some() {
         None
     } else {
-        match launch::detect(&launch::process_env) {
+        match world::detect(&world::process_env) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("{bin}: error: {e}");
@@ -379,13 +378,13 @@ fn run_process(p: &Plan, w: &World) -> Result<bool, String> {
         let ri = root_info()?;
         let server = if w.size > 1 {
             let blob: [u8; HCCL_ROOT_INFO_BYTES] = ri.internal.map(|c| c as u8);
-            Some(launch::InfoServer::start(w, blob)?)
+            Some(world::InfoServer::start(w, blob)?)
         } else {
             None
         };
         (ri, server)
     } else {
-        let blob = launch::fetch(w)?;
+        let blob = world::fetch(w)?;
         let ri = HcclRootInfo {
             internal: blob.map(|b| b as std::os::raw::c_char),
         };

@@ -1,6 +1,7 @@
-//! Launch modes: how a process learns its rank, and how the root info reaches every rank.
+//! The launcher's world: how a process started by a launcher (mpirun, torchrun, `hcclrun`)
+//! learns its rank, and how the root info reaches every rank.
 //!
-//! Without `-t`, each process is one rank. Its rank and the number of ranks come from the first
+//! Used by the testers, `hccl_diag` and the Python package. Each process is one rank. Its rank and the number of ranks come from the first
 //! of these variable sets that is present:
 //!
 //! | launcher | rank | ranks | local rank | ranks on this host |
@@ -36,7 +37,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, T
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hccl::ffi::types::HCCL_ROOT_INFO_BYTES;
+use crate::ffi::types::HCCL_ROOT_INFO_BYTES;
 
 /// First port of the derived range.
 pub const DERIVED_PORT_BASE: u16 = 20000;
@@ -290,7 +291,7 @@ impl InfoServer {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (key, size, deadline) = (w.key.clone(), w.size, Instant::now() + w.timeout);
         let handle = std::thread::Builder::new()
-            .name("hccl-test-info".into())
+            .name("hccl-world-info".into())
             .spawn(move || serve(listener, &blob, &key, size, deadline))
             .map_err(|e| e.to_string())?;
         Ok(InfoServer { handle, addr })

@@ -31,8 +31,8 @@ use crate::base::error::{Error, ErrorKind, Result};
 const ACL_ERROR_INVALID_PARAM: i32 = 100_000;
 const ACL_ERROR_INVALID_RESOURCE_HANDLE: i32 = 200_005;
 
-/// Launches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
-pub fn launch(comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
+/// Dispatches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
+pub fn dispatch(comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
     if group::active() {
         group::record(comm, args);
         return Ok(());

@@ -514,7 +514,10 @@ fn bootstrap(w: &World, o: &Options) -> Result<HcclComm, String> {
         if w.size > 1 {
             let blob: [u8; HCCL_ROOT_INFO_BYTES] = ri.internal.map(|c| c as u8);
             let server = world::InfoServer::start(w, blob)?;
-            let comm = crate::init_comm(w.size, &ri, w.rank)?;
+            let comm = match crate::init_comm(w.size, &ri, w.rank) {
+                Ok(c) => c,
+                Err(e) => return Err(server.explain(e)),
+            };
             server.join()?;
             return Ok(comm);
         }

@@ -390,10 +390,15 @@ fn run_process(p: &Plan, w: &World) -> Result<bool, String> {
         };
         (ri, None)
     };
-    let comm = init_comm(w.size, &ri, w.rank)?;
-    if let Some(s) = server {
-        s.join()?;
-    }
+    let comm = match (init_comm(w.size, &ri, w.rank), server) {
+        (Ok(c), Some(s)) => {
+            s.join()?;
+            c
+        }
+        (Ok(c), None) => c,
+        (Err(e), Some(s)) => return Err(s.explain(e)),
+        (Err(e), None) => return Err(e),
+    };
     let mut rep = (w.rank == 0).then(|| {
         p.announce();
         Reporter::new(p.info.clone(), p.sizes.len())

@@ -20,6 +20,7 @@
 use std::ffi::{CString, OsString};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, TcpListener, ToSocketAddrs};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::ptr::null_mut;
@@ -795,6 +796,7 @@ fn set_default(var: &str, secs: u64) {
 
 /// `hccl_diag`'s entry point.
 pub fn main() -> ExitCode {
+    crate::quiet_on_closed_pipe();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let o = match parse(args.clone()) {
         Ok(Parsed::Run(o)) => o,
@@ -855,6 +857,12 @@ pub fn main() -> ExitCode {
         Ok(crate::launcher::Outcome::Success) => ExitCode::SUCCESS,
         Ok(out) => {
             match &out {
+                crate::launcher::Outcome::Failed { status, .. }
+                    if status.signal() == Some(libc::SIGPIPE) =>
+                {
+                    // The report's reader went away (`hccl_diag | head`): end as quietly.
+                    crate::die_of_sigpipe()
+                }
                 crate::launcher::Outcome::Failed { rank, .. } => {
                     eprintln!("hccl_diag: UNHEALTHY: rank {rank} failed (see above)")
                 }

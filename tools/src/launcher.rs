@@ -463,6 +463,7 @@ fn describe(status: &ExitStatus) -> String {
 
 /// `hcclrun`'s entry point.
 pub fn main() -> ExitCode {
+    crate::quiet_on_closed_pipe();
     let o = match parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {

@@ -15,3 +15,8 @@ pub mod comm;
 pub mod exec;
 pub mod ffi;
 pub mod transport;
+
+/// Visible skips for the unit tests (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/common/skip.rs"]
+mod test_skip;

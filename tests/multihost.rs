@@ -4,7 +4,8 @@
 //! more ranks as threads; ranks of different hosts talk only over those addresses.
 //!
 //! The tests need root and iproute2 (CI has both via scripts/setup.sh). Without them each test
-//! prints why it is skipped; with them any failure to build the test bed fails the test.
+//! prints `SKIPPED <test>: <why>` where `cargo test` shows it, and under CI (`CI=true`) fails;
+//! with them any failure to build the test bed fails the test.
 
 mod common;
 
@@ -84,12 +85,12 @@ fn script() -> PathBuf {
 fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: multi-host tests need root for network namespaces");
+        skip::skip_unless_ci("multi-host tests need root for network namespaces");
         return None;
     }
     let probe = Command::new("ip").args(["netns", "list"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        println!("SKIPPED: `ip netns` is unavailable (install iproute2)");
+        skip::skip_unless_ci("`ip netns` is unavailable (install iproute2)");
         return None;
     }
     let out = Command::new(script())

@@ -4,6 +4,9 @@
 
 use std::process::{Command, Output};
 
+#[path = "../../../tests/common/skip.rs"]
+pub mod skip;
+
 /// Path of one of the crate's binaries.
 pub fn bin(name: &str) -> String {
     match name {

@@ -3,7 +3,9 @@
 //! alternately, and the switch that forces the network link instead.
 //!
 //! Each test re-executes this binary once per rank (one rank per process); the children
-//! rendezvous through root infos created by the parent and report failures on stderr.
+//! rendezvous through root infos created by the parent and report failures on stderr. Every
+//! child checks that destroying its communicators closed every descriptor and unmapped every
+//! shared segment they opened (the segments are anonymous memfds, so a leak shows only there).
 
 mod common;
 
@@ -12,7 +14,7 @@ use common::*;
 use hccl::ffi::coll_api::HcclAllReduce;
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
@@ -25,9 +27,60 @@ const ROOTS_VAR: &str = "HCCL_TEST_SHM_ROOTS";
 const SIZES: [usize; 4] = [0, 7, 4099, 300_000];
 const DTYPES: [u32; 5] = [FP32, INT32, FP16, BF16, INT8];
 
+/// This process's open descriptors: number → what it refers to (the `/proc/self/fd` link).
+fn descriptors() -> BTreeMap<i32, String> {
+    let dir = std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd");
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let fd = e.file_name().to_string_lossy().parse().ok()?;
+            let to = std::fs::read_link(e.path()).ok()?;
+            Some((fd, to.to_string_lossy().into_owned()))
+        })
+        // The directory being listed is itself an open descriptor.
+        .filter(|(_, to)| !to.starts_with("/proc/"))
+        .collect()
+}
+
+/// Mappings of the library's shared segments in this process.
+fn segment_maps() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("/proc/self/maps")
+        .lines()
+        .filter(|l| l.contains("memfd:hccl"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `/proc/self/fd` name of the library's process-wide data listener, if it runs.
+fn acceptor_socket() -> Option<String> {
+    let port = hccl::transport::acceptor::Acceptor::existing()?
+        .addr()
+        .port();
+    ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            // State 0A: listening.
+            let inode = f.get(9)?;
+            (local_port == port && f.get(3) == Some(&"0A")).then(|| format!("socket:[{inode}]"))
+        })
+}
+
+/// Descriptors before this child created its communicators.
+static BEFORE: OnceLock<BTreeMap<i32, String>> = OnceLock::new();
+
 /// This process's rank, rank count and communicators when it is a child of `launch`.
 fn child() -> Option<(u32, u32, Vec<HcclComm>)> {
     let rank: u32 = std::env::var(RANK_VAR).ok()?.parse().unwrap();
+    BEFORE.set(descriptors()).expect("one child per process");
     let n: u32 = std::env::var(SIZE_VAR).unwrap().parse().unwrap();
     let comms = std::env::var(ROOTS_VAR)
         .unwrap()
@@ -44,6 +97,7 @@ fn run_child(rank: u32, n: u32, comms: Vec<HcclComm>, body: fn(&Rank)) {
     for c in comms {
         assert_eq!(unsafe { HcclCommDestroy(c) }, OK, "HcclCommDestroy");
     }
+    assert_released(rank);
     assert!(
         fails.is_empty(),
         "rank {rank}: {} failure(s):\n{}",
@@ -104,14 +158,26 @@ fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
     }
 }
 
-fn dev_shm() -> BTreeSet<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+/// After every communicator of this process is destroyed: no descriptor opened since the
+/// child started is still open, and no shared segment is still mapped.
+fn assert_released(rank: u32) {
+    let before = BEFORE.get().expect("descriptors taken before init");
+    let now = descriptors();
+    // The process-wide data listener outlives communicators by design (one per process).
+    let listener = acceptor_socket();
+    let leaked: Vec<_> = now
+        .iter()
+        .filter(|(fd, to)| before.get(fd) != Some(to) && Some(*to) != listener.as_ref())
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "rank {rank}: descriptors left open after destroy: {leaked:?}"
+    );
+    let maps = segment_maps();
+    assert!(
+        maps.is_empty(),
+        "rank {rank}: shared segments still mapped after destroy: {maps:?}"
+    );
 }
 
 /// The correctness matrix on one rank: every collective over types and sizes.
@@ -287,7 +353,6 @@ fn shm_rank_killed_mid_operation() {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, kill_body);
     }
-    let before = dev_shm();
     let mut kids = spawn(
         "shm_rank_killed_mid_operation",
         3,
@@ -328,6 +393,4 @@ fn shm_rank_killed_mid_operation() {
             tail(&o.stderr, 3000)
         );
     }
-    let leftovers: Vec<String> = dev_shm().difference(&before).cloned().collect();
-    assert!(leftovers.is_empty(), "left in /dev/shm: {leftovers:?}");
 }

@@ -184,27 +184,65 @@ mod tests {
 
     static HOST: HostLogger = HostLogger(Mutex::new(Vec::new()));
 
-    // The only test here that touches the process-wide logger, so the test order cannot matter.
+    /// Runs `test` (one of the ignored tests below) alone in a fresh copy of this test binary,
+    /// where nothing has installed a logger yet, whatever the other tests of this process did.
+    fn in_fresh_process(test: &str) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--ignored", "--test-threads=1"])
+            .env_remove("HCCL_LOG_LEVEL")
+            .env_remove("ASCEND_GLOBAL_LOG_LEVEL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{test}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
-    fn init_keeps_host_logger_and_is_idempotent() {
-        // If something else in the test binary installed a logger first, we can still check
-        // that init never panics; the host-logger assertion needs ours to be first.
-        let host_installed = log::set_logger(&HOST).is_ok();
-        if host_installed {
-            log::set_max_level(log::LevelFilter::Trace);
-        }
+    fn init_keeps_host_logger() {
+        in_fresh_process("base::logging::tests::host_logger_in_fresh_process");
+    }
+
+    #[test]
+    fn init_is_once() {
+        in_fresh_process("base::logging::tests::init_once_in_fresh_process");
+    }
+
+    #[test]
+    #[ignore = "needs a process without a logger; run by init_keeps_host_logger"]
+    fn host_logger_in_fresh_process() {
+        log::set_logger(&HOST).expect("no logger installed yet in a fresh process");
+        log::set_max_level(log::LevelFilter::Trace);
         init(log::LevelFilter::Debug);
+        init_from_env();
+        log::error!("still the host's");
+        assert!(HOST
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|m| m == "still the host's"));
+        // Ours stayed out: the host's level is untouched.
+        assert_eq!(log::max_level(), log::LevelFilter::Trace);
+    }
+
+    #[test]
+    #[ignore = "needs a process without a logger; run by init_is_once"]
+    fn init_once_in_fresh_process() {
+        init(log::LevelFilter::Info);
+        assert_eq!(log::max_level(), log::LevelFilter::Info);
         init(log::LevelFilter::Off);
+        init(log::LevelFilter::Trace);
         init_from_env();
-        init_from_env();
-        if host_installed {
-            log::error!("still the host's");
-            assert!(HOST
-                .0
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|m| m == "still the host's"));
-        }
+        assert_eq!(
+            log::max_level(),
+            log::LevelFilter::Info,
+            "a later init changed the level"
+        );
+        // Ours is installed: a host logger can no longer be.
+        assert!(log::set_logger(&HOST).is_err());
     }
 }

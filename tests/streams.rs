@@ -14,7 +14,7 @@ use std::os::raw::c_char;
 use std::ptr::null_mut;
 use std::sync::mpsc;
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ascendcl as acl;
 use common::*;
@@ -291,14 +291,17 @@ fn failure_on_a_stream_surfaces_from_synchronize_and_async_error() {
     let s = dev.streams[0];
     let input = vec![3.0f32; N];
     let mut out = vec![0.0f32; N];
+    let gate = Gate::new();
+    gate.hold(s);
     copy_async(dev.bufs[0], input.as_ptr().cast(), N * 4, H2D, s);
-    let t0 = Instant::now();
     let rc = unsafe { HcclAllReduce(dev.bufs[0], dev.bufs[1], N as u64, FP32, SUM, c, s) };
     assert_eq!(rc, HCCL_SUCCESS, "queued");
-    assert!(
-        t0.elapsed() < Duration::from_millis(900),
-        "the call waited for the op"
-    );
+    // The gate holds the stream, so the op cannot have run, let alone failed: a call that
+    // waited for it would not have returned (it would wait for the gate, opened only below).
+    let mut e = HCCL_E_INTERNAL;
+    assert_eq!(unsafe { HcclGetCommAsyncError(c, &mut e) }, HCCL_SUCCESS);
+    assert_eq!(e, HCCL_SUCCESS, "the op ran before the stream reached it");
+    gate.open();
     // Work queued after the failing op still runs, in order.
     copy_async(out.as_mut_ptr().cast(), dev.bufs[0], N * 4, D2H, s);
     let rc = acl::aclrtSynchronizeStream(s);

@@ -1065,15 +1065,25 @@ mod tests {
         let mut nothing = Until(|| false);
         assert!(!seg.wait(seen, Duration::from_millis(20), &mut nothing));
         assert!(t0.elapsed() >= Duration::from_millis(15));
+        // Ring once the waiter has published that it sleeps on the futex (not after a sleep
+        // that is hoped to be long enough).
+        let watch = seg.clone();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            let sleepers = watch.map.u32_at(OFF_SLEEPERS);
+            while sleepers.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
             a.peer_map.ring();
             a
         });
-        let t0 = Instant::now();
+        // Each wait sleeps at most SLEEP_TICK: a few hundred of them without the ring means it
+        // never came.
+        let mut waits = 0;
         while !seg.wait(seen, Duration::from_secs(5), &mut nothing) {
-            assert!(t0.elapsed() < Duration::from_secs(5), "wake-up lost");
+            waits += 1;
+            assert!(waits < 400, "the ring never ended the wait");
         }
+        assert_ne!(seg.bell_seq(), seen);
         t.join().unwrap();
     }
 

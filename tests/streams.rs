@@ -294,14 +294,29 @@ fn failure_on_a_stream_surfaces_from_synchronize_and_async_error() {
     let gate = Gate::new();
     gate.hold(s);
     copy_async(dev.bufs[0], input.as_ptr().cast(), N * 4, H2D, s);
-    let rc = unsafe { HcclAllReduce(dev.bufs[0], dev.bufs[1], N as u64, FP32, SUM, c, s) };
+    // The gate holds the stream until the call has returned, so a call that waited for its op
+    // could never return: a watchdog then opens the gate after 30 s and the test fails.
+    let (returned, seen) = mpsc::channel::<()>();
+    let (rc, waited, early) = std::thread::scope(|sc| {
+        let g = &gate;
+        let watchdog = sc.spawn(move || {
+            let late = seen.recv_timeout(Duration::from_secs(30)).is_err();
+            g.open();
+            late
+        });
+        let rc = unsafe { HcclAllReduce(dev.bufs[0], dev.bufs[1], N as u64, FP32, SUM, c, s) };
+        // Still held: the op cannot have run, let alone failed.
+        let mut e = HCCL_E_INTERNAL;
+        assert_eq!(unsafe { HcclGetCommAsyncError(c, &mut e) }, HCCL_SUCCESS);
+        returned.send(()).unwrap();
+        (rc, watchdog.join().unwrap(), e)
+    });
+    assert!(!waited, "the call waited for the op on its stream");
     assert_eq!(rc, HCCL_SUCCESS, "queued");
-    // The gate holds the stream, so the op cannot have run, let alone failed: a call that
-    // waited for it would not have returned (it would wait for the gate, opened only below).
-    let mut e = HCCL_E_INTERNAL;
-    assert_eq!(unsafe { HcclGetCommAsyncError(c, &mut e) }, HCCL_SUCCESS);
-    assert_eq!(e, HCCL_SUCCESS, "the op ran before the stream reached it");
-    gate.open();
+    assert_eq!(
+        early, HCCL_SUCCESS,
+        "the op ran before the stream reached it"
+    );
     // Work queued after the failing op still runs, in order.
     copy_async(out.as_mut_ptr().cast(), dev.bufs[0], N * 4, D2H, s);
     let rc = acl::aclrtSynchronizeStream(s);

@@ -357,6 +357,15 @@ impl Communicator {
             .unwrap_or_else(|| algo::select::choose_with(coll, &self.ctx(elem), &model))
     }
 
+    /// The schedules (their algorithms' names, one per segment) that executing `coll` on
+    /// elements of `elem` bytes runs, once it has been executed: read from the plan that
+    /// [`execute`](Self::execute) reuses, so it names what actually ran, fallbacks included.
+    pub fn schedules_run(&self, coll: &Coll, elem: usize) -> Option<Vec<&'static str>> {
+        let inner = self.inner.lock();
+        let plan = inner.plans.get(&(coll.clone(), elem))?;
+        Some(plan.iter().map(|p| p.sched.algo).collect())
+    }
+
     /// The link costs the selector uses.
     pub fn cost_model(&self) -> CostModel {
         self.inner.lock().model

@@ -372,14 +372,12 @@ fn serve(
         }
         match l.accept() {
             Ok((s, from)) => match answer(s, blob, key, size) {
-                Some(Ok(r)) => {
-                    if !served[r as usize] {
-                        served[r as usize] = true;
-                        left -= 1;
-                    }
+                Some(Ok(r)) if !served[r as usize] => {
+                    served[r as usize] = true;
+                    left -= 1;
                 }
                 Some(Err(h)) => refused = Some((from, h)),
-                None => {}
+                Some(Ok(_)) | None => {}
             },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5))

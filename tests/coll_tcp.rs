@@ -305,7 +305,10 @@ fn multi_process_three_ranks() {
             o.stdout,
             tail(&o.stderr, 5000)
         );
-        let links = format!("(0 memory peers, 0 shm peers, {} network peers)", MP_RANKS - 1);
+        let links = format!(
+            "(0 memory peers, 0 shm peers, {} network peers)",
+            MP_RANKS - 1
+        );
         assert!(
             o.stderr.contains(&links),
             "rank {rank} did not run over TCP only ({links}):\n{}",

@@ -14,6 +14,7 @@ use common::*;
 use hccl::ffi::coll_api::HcclAllReduce;
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
+use hccl::transport::shm::SINGLE_COPY_MIN_PEERS;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::ptr::null_mut;
@@ -133,6 +134,12 @@ fn spawn(test: &str, n: u32, ncomms: usize, env: &[(&str, &str)]) -> Vec<Spawned
 /// Waits for every child and asserts each passed its test and logged `links` on every
 /// communicator it created (e.g. "2 shm peers").
 fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
+    finish_all_logging(kids, links, None, budget);
+}
+
+/// [`finish_all`], and when `copy` is given, every communicator of every child logged that its
+/// shared-memory links read large messages single-copy (`true`) or staged (`false`).
+fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<bool>, budget: Duration) {
     let deadline = Instant::now() + budget;
     for (rank, k) in kids.into_iter().enumerate() {
         let o = k.finish(
@@ -154,6 +161,18 @@ fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
         assert!(!ready.is_empty(), "rank {rank} logged no link summary");
         for l in ready {
             assert!(l.contains(links), "rank {rank}: expected {links}: {l}");
+        }
+        if let Some(on) = copy {
+            let want = format!("single copy {}", if on { "on" } else { "off" });
+            let said: Vec<&str> = o
+                .stderr
+                .lines()
+                .filter(|l| l.contains("single copy"))
+                .collect();
+            assert!(
+                !said.is_empty() && said.iter().all(|l| l.contains(&want)),
+                "rank {rank}: expected {want}: {said:?}"
+            );
         }
     }
 }
@@ -226,15 +245,24 @@ fn matrix(r: &Rank) {
     }
 }
 
-fn matrix_test(test: &str, single_copy: &str) {
+/// The matrix on 2 and 4 processes with `HCCL_SHM_SINGLE_COPY` set to `single_copy` (or
+/// unset: single copy only for a rank with two or more shared-memory peers).
+fn matrix_test(test: &str, single_copy: Option<&str>) {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, matrix);
     }
     for n in [2u32, 4] {
-        let kids = spawn(test, n, 1, &[("HCCL_SHM_SINGLE_COPY", single_copy)]);
-        finish_all(
+        let env: Vec<(&str, &str)> = single_copy
+            .map(|v| ("HCCL_SHM_SINGLE_COPY", v))
+            .into_iter()
+            .collect();
+        let kids = spawn(test, n, 1, &env);
+        let peers = (n - 1) as usize;
+        let on = single_copy.map_or(peers >= SINGLE_COPY_MIN_PEERS, |v| v == "1");
+        finish_all_logging(
             kids,
             &format!("(0 memory peers, {} shm peers, 0 network peers)", n - 1),
+            Some(on),
             Duration::from_secs(240),
         );
     }
@@ -242,12 +270,17 @@ fn matrix_test(test: &str, single_copy: &str) {
 
 #[test]
 fn shm_matrix_single_copy() {
-    matrix_test("shm_matrix_single_copy", "1");
+    matrix_test("shm_matrix_single_copy", Some("1"));
 }
 
 #[test]
 fn shm_matrix_staged_only() {
-    matrix_test("shm_matrix_staged_only", "0");
+    matrix_test("shm_matrix_staged_only", Some("0"));
+}
+
+#[test]
+fn shm_matrix_default_copy_policy() {
+    matrix_test("shm_matrix_default_copy_policy", None);
 }
 
 /// Every communicator this child created, in root-list order (set once per child).

@@ -230,10 +230,11 @@ pub struct EnvConfig {
     /// ranks share a host whatever the real layout — e.g. to run two-level algorithms on rank
     /// threads of one process. Applied to communicators whose size equals the list length.
     pub rank_host_map: Option<Vec<String>>,
-    /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): let the shared-memory link copy large
+    /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): whether the shared-memory link copies large
     /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
-    /// through the staging rings. Default `true`.
-    pub shm_single_copy: bool,
+    /// through the staging rings. Unset (`None`): the link decides by the number of peers (see
+    /// `transport::shm::single_copy_wanted`).
+    pub shm_single_copy: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).
     pub cost_model: Option<String>,
@@ -677,7 +678,7 @@ impl EnvConfig {
                 Some(labels)
             }
         };
-        let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?.unwrap_or(true);
+        let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
         Ok(EnvConfig {
@@ -798,8 +799,15 @@ mod tests {
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
         assert_eq!(c.host_id, None);
-        assert!(c.shm_single_copy);
-        assert!(!ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy);
+        assert_eq!(c.shm_single_copy, None);
+        assert_eq!(
+            ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy,
+            Some(false)
+        );
+        assert_eq!(
+            ok(&[("HCCL_SHM_SINGLE_COPY", "1")]).shm_single_copy,
+            Some(true)
+        );
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 

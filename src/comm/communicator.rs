@@ -441,9 +441,16 @@ impl Communicator {
             if !local.is_empty() {
                 let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
                 let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
+                let single_copy =
+                    crate::transport::shm::single_copy_wanted(cfg.env.shm_single_copy, local.len());
+                log::info!(
+                    "comm {name}: rank {rank}: {} shared-memory peer(s), single copy {}",
+                    local.len(),
+                    if single_copy { "on" } else { "off" }
+                );
                 let opts = crate::transport::shm::ShmOptions {
                     budget: cfg.buffer_bytes,
-                    single_copy: cfg.env.shm_single_copy,
+                    single_copy,
                     crowded: on_host > cores,
                 };
                 for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {

@@ -134,3 +134,20 @@ fn nothing_shared_asks_for_a_job_id() {
     vars.push(("HCCL_CONNECT_TIMEOUT", "30".into()));
     assert_all_reduced(&both(&vars));
 }
+
+#[test]
+fn port_leases_are_exclusive_and_below_the_ephemeral_range() {
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let leases: Vec<_> = (0..20).map(|_| lease_port()).collect();
+    let mut ports: Vec<u16> = leases.iter().map(|l| l.port).collect();
+    assert!(ports.iter().all(|&p| p < low), "{ports:?} vs {low}");
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), leases.len(), "a port leased twice");
+}

@@ -70,7 +70,8 @@ pub const LAUNCHER_VARS: [&str; 21] = [
 /// connection (the kernel may hand the port out as a connection's source port). A lease comes
 /// from below the kernel's ephemeral range, which the kernel never hands out by itself, and is
 /// made exclusive among test processes by an advisory lock on a file named after it; it is
-/// checked free before it is returned.
+/// checked free before it is returned. The empty lock files stay in the temporary directory:
+/// removing one while another process may have it open would let two processes lock "it".
 pub struct PortLease {
     /// The port.
     pub port: u16,

@@ -101,10 +101,12 @@ impl Request {
         self.0.outcome()
     }
 
-    /// Waits for the operation (running it on this thread if it has not started); `None` if
-    /// `timeout` passed first. Operations issued earlier on the communicator run first.
+    /// Waits for the operation; `None` if `timeout` passed first. Operations issued earlier on
+    /// the communicator run first. Without a timeout, an operation nobody has started yet runs
+    /// on this thread (it would only wait otherwise); with one, the worker runs it, so the
+    /// wait can end on time.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<Result<()>> {
-        if self.0.run_if_queued() {
+        if timeout.is_none() && self.0.run_if_queued() {
             return self.0.outcome();
         }
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -194,16 +196,27 @@ impl OpQueue {
         self.shared.more.notify_one();
         Request(slot)
     }
-}
 
-impl Drop for OpQueue {
-    /// Lets the worker finish what is queued, then stops it.
-    fn drop(&mut self) {
-        self.shared.jobs.lock().closed = true;
-        self.shared.more.notify_one();
+    /// Closes the queue and waits until the worker has finished everything queued.
+    pub fn join(mut self) {
+        self.close();
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
+    }
+
+    fn close(&self) {
+        self.shared.jobs.lock().closed = true;
+        self.shared.more.notify_one();
+    }
+}
+
+impl Drop for OpQueue {
+    /// Closes the queue without waiting: the worker finishes what is queued, then exits (a
+    /// caller that must not block here, for example one holding a lock a completion callback
+    /// needs, can drop the queue safely).
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -327,7 +340,10 @@ mod tests {
                     });
                     let req = Request(slot);
                     assert!(req.test().is_none());
-                    assert!(req.wait(Some(Duration::from_secs(20))).unwrap().is_ok());
+                    // A bounded wait leaves the operation to the (absent) worker ...
+                    assert!(req.wait(Some(Duration::from_millis(10))).is_none());
+                    // ... an unbounded one runs it here.
+                    assert!(req.wait(None).unwrap().is_ok());
                     assert!(req.test().unwrap().is_ok());
                     a
                 })

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use hccl::base::dtype::DataType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyString};
 use pyo3::{ffi, PyTypeInfo};
@@ -87,7 +88,7 @@ impl View {
             return Err(PyValueError::new_err(format!(
                 "argument '{name}': {} bytes is not a whole number of {} elements",
                 self.bytes,
-                dt.name()
+                crate::comm::type_name(dt)
             )));
         }
         Ok(self.bytes / sz)
@@ -214,24 +215,27 @@ fn torch_view(obj: &Bound<'_, PyAny>, name: &str, t: &TorchTypes) -> PyResult<Op
     if !obj.is_instance(t.tensor.bind(py))? {
         return Ok(None);
     }
-    if !obj.getattr("is_cpu")?.is_truthy()? {
-        let dev = obj.getattr("device")?.str()?.to_string();
+    if !obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
+        let dev = obj.getattr(intern!(py, "device"))?.str()?.to_string();
         return Err(PyValueError::new_err(format!(
             "argument '{name}' is a tensor on device '{dev}'; hccl works on CPU tensors only \
              (move it with .cpu())"
         )));
     }
-    if obj.getattr("is_sparse")?.is_truthy()? {
+    if obj.getattr(intern!(py, "is_sparse"))?.is_truthy()? {
         return Err(PyValueError::new_err(format!(
             "argument '{name}' is a sparse tensor; pass a dense CPU tensor"
         )));
     }
-    if !obj.call_method0("is_contiguous")?.is_truthy()? {
+    if !obj
+        .call_method0(intern!(py, "is_contiguous"))?
+        .is_truthy()?
+    {
         return Err(PyValueError::new_err(format!(
             "argument '{name}' is not contiguous (use .contiguous())"
         )));
     }
-    let dt = obj.getattr("dtype")?;
+    let dt = obj.getattr(intern!(py, "dtype"))?;
     let dtype = match t.dtypes.iter().find(|(o, _)| o.bind(py).is(&dt)) {
         Some((_, d)) => *d,
         None => {
@@ -241,8 +245,8 @@ fn torch_view(obj: &Bound<'_, PyAny>, name: &str, t: &TorchTypes) -> PyResult<Op
             )))
         }
     };
-    let ptr: usize = obj.call_method0("data_ptr")?.extract()?;
-    let bytes: usize = obj.getattr("nbytes")?.extract()?;
+    let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let bytes: usize = obj.getattr(intern!(py, "nbytes"))?.extract()?;
     Ok(Some(View {
         ptr,
         bytes,

@@ -63,6 +63,14 @@ const DTYPE_NAMES: [(&str, DataType); 24] = [
     ("long", DataType::Int64),
 ];
 
+/// The name Python users know a type by (numpy's and torch's).
+pub fn type_name(dt: DataType) -> &'static str {
+    DTYPE_NAMES
+        .iter()
+        .find(|(_, d)| *d == dt)
+        .map_or(dt.name(), |(n, _)| n)
+}
+
 /// `dtype=`: an `hccl.DataType` (or its HCCL code), a name, a numpy dtype or a torch dtype.
 fn parse_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DataType>> {
     let Some(o) = obj.filter(|o| !o.is_none()) else {
@@ -96,8 +104,8 @@ fn same_type(v: &View, dt: DataType, name: &str, other: &str, given: bool) -> Py
     match v.dtype {
         Some(d) if d != dt && !given => Err(PyTypeError::new_err(format!(
             "argument '{name}' has element type {}, but '{other}' has {}",
-            d.name(),
-            dt.name()
+            type_name(d),
+            type_name(dt)
         ))),
         _ => Ok(()),
     }
@@ -210,7 +218,7 @@ impl Comm {
         ) {
             return Err(PyTypeError::new_err(format!(
                 "AVG needs a floating-point element type, not {}",
-                dt.name()
+                type_name(dt)
             )));
         }
         let n = self.size_u32();

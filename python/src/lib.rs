@@ -227,6 +227,8 @@ fn barrier(py: Python<'_>, async_op: bool) -> Ret {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The library logs as the C entry points set it up (HCCL_LOG_LEVEL, ASCEND_GLOBAL_LOG_LEVEL).
+    hccl::base::logging::init_from_env();
     m.add_class::<Comm>()?;
     m.add_class::<Request>()?;
     m.add("ROOT_INFO_BYTES", hccl::comm::root_info::ROOT_INFO_BYTES)?;

@@ -67,7 +67,7 @@ class _Work(dist.Work):
         after: Optional[Callable[[], None]] = None,
     ) -> None:
         super().__init__()
-        self._reqs = [r for r in reqs if r is not None]
+        self._reqs = [r for r in reqs if r is not None] if reqs else ()
         self._result = result
         self._after = after
         self._error: Optional[BaseException] = None
@@ -228,8 +228,14 @@ class ProcessGroupHCCL(_C10dBackend):
 
     def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> dist.Work:
         op = _op(opts)
-        a = opts.asyncOp
-        reqs = [self._comm.allreduce(_cpu(t, "tensor"), op, async_op=a) for t in tensors]
+        if not opts.asyncOp and self._coalesced is None:
+            # The blocking fast path (dist.all_reduce without async_op): nothing to queue.
+            # The extension checks the device and names it in its error.
+            for t in tensors:
+                self._comm.allreduce(t, op)
+            self._seq += 1
+            return _Work((), tensors)
+        reqs = [self._comm.allreduce(t, op, async_op=True) for t in tensors]
         return self._work(reqs, tensors)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> dist.Work:
@@ -237,9 +243,8 @@ class ProcessGroupHCCL(_C10dBackend):
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> dist.Work:
         a = opts.asyncOp
-        reqs = [
-            self._comm.broadcast(_cpu(t, "tensor"), opts.rootRank, async_op=a) for t in tensors
-        ]
+        root = opts.rootRank
+        reqs = [self._comm.broadcast(t, root, async_op=a) for t in tensors]
         return self._work(reqs, tensors)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> dist.Work:

@@ -485,7 +485,7 @@ def bad_input_raises_naming_the_argument() -> None:
         return
     _raises(ValueError, ["'buf'", "meta"], lambda: hccl.allreduce(torch.zeros(3, device="meta")))
     _raises(ValueError, ["'buf'", "contiguous"], lambda: hccl.allreduce(torch.zeros(4, 4).t()))
-    _raises(TypeError, ["'out'", "Int", "Float"],
+    _raises(TypeError, ["'out'", "int32", "float32"],
             lambda: hccl.allreduce(torch.zeros(4), out=torch.zeros(4, dtype=torch.int32)))
 
 

@@ -10,8 +10,12 @@ inside a host and TCP between hosts. Run a script under a launcher (``hcclrun -n
     hccl.init()                                  # rank and size from the launcher
     grad = np.full(1024, hccl.get_rank(), dtype=np.float32)
     hccl.allreduce(grad, op=hccl.SUM)            # in place, on every rank
-    req = hccl.isend(grad, dest=(hccl.get_rank() + 1) % hccl.get_size())
-    req.wait()
+    right = (hccl.get_rank() + 1) % hccl.get_size()
+    left = (hccl.get_rank() - 1) % hccl.get_size()
+    got = np.empty_like(grad)
+    reqs = [hccl.isend(grad, dest=right), hccl.irecv(got, src=left)]
+    for r in reqs:
+        r.wait()
     hccl.finalize()
 
 Buffers are numpy arrays, torch CPU tensors, ``bytearray``/``memoryview`` or anything with the

@@ -314,9 +314,7 @@ impl Comm {
             "HCCL_WORLD_SIZE" if ssize.is_some() => ssize.clone(),
             _ => world::process_env(k),
         };
-        if size.is_some() != rank.is_some()
-            && world::detect(&world::process_env).ok().flatten().is_none()
-        {
+        if size.is_some() != rank.is_some() {
             return Err(PyValueError::new_err(
                 "give both size and rank, or neither (the launcher's variables then decide)",
             ));

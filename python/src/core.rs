@@ -213,7 +213,8 @@ pub unsafe fn divide(ptr: usize, count: usize, dt: DataType, n: u32) -> Result<(
                 }
             }
             DataType::Fp16 | DataType::Bf16 => {
-                let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if dt == DataType::Fp16 {
+                type Conv = (fn(u16) -> f32, fn(f32) -> u16);
+                let (to, from): Conv = if dt == DataType::Fp16 {
                     (f16_to_f32, f32_to_f16)
                 } else {
                     (bf16_to_f32, f32_to_bf16)

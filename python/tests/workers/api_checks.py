@@ -436,6 +436,46 @@ def communicator_from_root_info_over_the_default_one() -> None:
     c2.destroy()  # again: nothing
 
 
+@check
+def communicator_from_rank_table() -> None:
+    import json
+    import tempfile
+
+    job = os.environ.get("HCCL_JOB_ID", "local")
+    # One server, no device addresses: rank 0 rendezvouses on a local socket named after the
+    # table, so the job id in server_id keeps concurrent runs apart.
+    table = {
+        "status": "completed",
+        "version": "1.0",
+        "server_count": "1",
+        "server_list": [
+            {
+                "server_id": f"node-{job}",
+                "device": [{"device_id": str(r), "rank_id": str(r)} for r in range(SIZE)],
+            }
+        ],
+    }
+    path = os.path.join(tempfile.gettempdir(), f"hccl-ranktable-{job}.json")
+    if RANK == 0:
+        with open(path, "w") as f:
+            json.dump(table, f)
+    hccl.barrier()
+    with hccl.Communicator.from_rank_table(path, RANK, timeout=60) as c:
+        assert (c.rank, c.size) == (RANK, SIZE)
+        x = np.array([RANK + 1], np.int32)
+        c.allreduce(x, op=hccl.PROD)
+        same(x, np.array([np.prod(np.arange(1, SIZE + 1))], np.int32), "rank-table comm")
+    hccl.barrier()
+    if RANK == 0:
+        os.remove(path)
+    try:
+        hccl.Communicator.from_rank_table(path + ".missing", RANK, timeout=5)
+    except hccl.HcclError as e:
+        assert "missing" in str(e), e
+    else:
+        raise AssertionError("a missing rank table was accepted")
+
+
 # -- bad input: every rank raises the same error before anything is sent ----------------------
 
 

@@ -292,8 +292,14 @@ impl Sources {
     }
 }
 
-/// Variables of other programs the READMEs mention (the dynamic loader's): not ours to read.
-const FOREIGN_VARS: [&str; 2] = ["LD_PRELOAD", "LD_LIBRARY_PATH"];
+/// Variables of other programs the READMEs mention (the dynamic loader's, torch's): not ours to
+/// read.
+const FOREIGN_VARS: [&str; 4] = [
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "TORCH_FR_BUFFER_SIZE",
+];
 
 fn check_env(all: &[Piece], src: &Sources) -> Vec<String> {
     let mut bad = Vec::new();

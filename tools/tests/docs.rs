@@ -36,6 +36,7 @@ fn binary(name: &str) -> Option<&'static str> {
         "alltoallv_test" => env!("CARGO_BIN_EXE_alltoallv_test"),
         "scatter_test" => env!("CARGO_BIN_EXE_scatter_test"),
         "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "barrier_test" => env!("CARGO_BIN_EXE_barrier_test"),
         "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
         "hcclrun" => env!("CARGO_BIN_EXE_hcclrun"),
         "hccl_diag" => env!("CARGO_BIN_EXE_hccl_diag"),

@@ -227,7 +227,7 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
 }
 
 /// Names that the code can read or define: string literals of the Rust sources that are exactly
-/// a name, words of the installed headers (C constants), words of the scripts.
+/// a name, words of the installed headers (C constants), words of the scripts (and of `bench/`).
 struct Sources {
     literals: BTreeSet<String>,
     headers: BTreeSet<String>,
@@ -267,6 +267,8 @@ impl Sources {
         files(&root.join("include"), &[".h"], &mut headers);
         let mut scripts = Vec::new();
         files(&root.join("scripts"), &[".sh"], &mut scripts);
+        // The comparison programs and their build script read variables too.
+        files(&root.join("bench"), &[".sh", ".c"], &mut scripts);
         scripts.push(root.join(".ci/run"));
         Sources {
             literals,

@@ -48,11 +48,12 @@ fn mpi_present() -> bool {
     false
 }
 
-/// The programs, built once per test process with warnings as errors.
+/// The programs, built once per test process with warnings as errors, into the build tree
+/// (overwritten by the next run rather than left behind in the temporary directory).
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("hccl-mpi-bench-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-bench");
         let o = Command::new(repo().join("bench/build.sh"))
             .arg(&dir)
             .env("BENCH_WERROR", "1")

@@ -35,14 +35,9 @@ pub mod types;
 pub use api::*;
 pub use types::*;
 
-macro_rules! acl_error_codes {
-    ($( $(#[doc = $doc:literal])* $name:ident = $value:expr; )*) => {
-        /// AscendCL status codes (also emitted as `static const int` in `acl_base.h`).
-        pub mod codes {
-            use crate::types::aclError;
-            $( $(#[doc = $doc])* pub const $name: aclError = $value; )*
-        }
-    };
+/// AscendCL status codes (`aclError` values), from the result-code table shared with libhccl
+/// (also the `static const int` lines of `acl_base.h`).
+pub mod codes {
+    pub use result_codes::acl::*;
 }
-include!("error_codes.rs");
 pub use codes::*;

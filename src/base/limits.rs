@@ -57,3 +57,89 @@ pub fn env_value_bytes(var: &str) -> usize {
         _ => MAX_ENV_VALUE_BYTES,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::env::EnvConfig;
+    use crate::base::error::{Error, ErrorKind};
+
+    fn parse(vars: &[(&str, &str)]) -> Result<EnvConfig, Error> {
+        EnvConfig::from_lookup(|k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    /// `prefix` followed by `pad` characters up to exactly `len` bytes.
+    fn padded(prefix: &str, pad: char, len: usize) -> String {
+        let mut s = prefix.to_string();
+        while s.len() < len {
+            s.push(pad);
+        }
+        s
+    }
+
+    fn too_long(vars: &[(&str, &str)], var: &str) {
+        let e = parse(vars).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Para);
+        assert!(
+            e.msg.contains(var) && e.msg.contains("bytes long"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn algo_and_path_lengths() {
+        let at = padded("level0:NA;level1:ring", ';', MAX_ALGO_BYTES);
+        assert_eq!(
+            parse(&[("HCCL_ALGO", &at)]).unwrap().algo.unwrap().len(),
+            MAX_ALGO_BYTES
+        );
+        let past = padded("level0:NA;level1:ring", ';', MAX_ALGO_BYTES + 1);
+        too_long(&[("HCCL_ALGO", &past)], "HCCL_ALGO");
+
+        let path_at = padded("/tmp/", 'w', MAX_PATH_BYTES);
+        let on = ("HCCL_WHITELIST_DISABLE", "0");
+        let c = parse(&[on, ("HCCL_WHITELIST_FILE", &path_at)]).unwrap();
+        assert_eq!(c.whitelist_file.unwrap().as_os_str().len(), MAX_PATH_BYTES);
+        // The length is the error, not "HCCL_WHITELIST_FILE is not set".
+        let path_past = padded("/tmp/", 'w', MAX_PATH_BYTES + 1);
+        too_long(
+            &[on, ("HCCL_WHITELIST_FILE", &path_past)],
+            "HCCL_WHITELIST_FILE",
+        );
+    }
+
+    #[test]
+    fn other_values_at_and_past_their_bound() {
+        let at = padded("gamma=4e9", ';', MAX_ENV_VALUE_BYTES);
+        assert!(parse(&[("HCCL_COST_MODEL", &at)]).is_ok());
+        let past = padded("gamma=4e9", ';', MAX_ENV_VALUE_BYTES + 1);
+        too_long(&[("HCCL_COST_MODEL", &past)], "HCCL_COST_MODEL");
+        let id_past = "h".repeat(MAX_ENV_VALUE_BYTES + 1);
+        too_long(&[("HCCL_HOST_ID", &id_past)], "HCCL_HOST_ID");
+    }
+
+    #[test]
+    fn rank_host_map_labels_and_bytes() {
+        let labels = |n: u32, label: &str| vec![label; n as usize].join(",");
+        let at = labels(MAX_RANKS, "a");
+        let c = parse(&[("HCCL_RANK_HOST_MAP", &at)]).unwrap();
+        assert_eq!(c.rank_host_map.unwrap().len(), MAX_RANKS as usize);
+        let e = parse(&[("HCCL_RANK_HOST_MAP", &labels(MAX_RANKS + 1, "a"))]).unwrap_err();
+        assert!(e.msg.contains("65537 labels"), "{}", e.msg);
+        // Bytes: the longest labels that fit, then one byte more.
+        let long = padded(
+            &labels(MAX_RANKS, "abcdefghijklmno"),
+            ' ',
+            MAX_RANK_HOST_MAP_BYTES,
+        );
+        assert_eq!(long.len(), MAX_RANK_HOST_MAP_BYTES);
+        assert!(parse(&[("HCCL_RANK_HOST_MAP", &long)]).is_ok());
+        let past = format!("{long} ");
+        too_long(&[("HCCL_RANK_HOST_MAP", &past)], "HCCL_RANK_HOST_MAP");
+    }
+}

@@ -84,6 +84,7 @@ mod tests {
         assert_eq!(e.code(), 7);
         let p = take_recent_message();
         assert!(!p.is_null());
+        // SAFETY: a non-NULL message stays valid until the next call on this thread.
         let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
         assert!(s.contains("boom") && s.contains("error 7"), "{s}");
         assert!(take_recent_message().is_null());

@@ -10,6 +10,8 @@
 //!   read by `aclInit`, which fails with `ACL_ERROR_INVALID_PARAM` when it is malformed.
 //! * `ASCEND_GLOBAL_LOG_LEVEL` — 0 debug, 1 info, 2 warning, 3 error (default), 4 off.
 
+// Every unsafe operation sits in an `unsafe {}` block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 // Every entry point is an `unsafe extern "C" fn` whose safety contract is the C API contract
 // documented on it (valid pointers as described); a separate `# Safety` section would repeat it.

@@ -222,6 +222,7 @@ fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>,
     let job = JOB_KEYS
         .iter()
         .find_map(|k| get(k).filter(|v| !v.is_empty()))
+        // SAFETY: getppid takes no arguments and cannot fail.
         .unwrap_or_else(|| format!("ppid:{}", unsafe { libc::getppid() }));
     let key = format!("{source}/{job}/{size}");
     let derived = DERIVED_PORT_BASE + (fnv1a(&key) % DERIVED_PORT_SPAN as u64) as u16;

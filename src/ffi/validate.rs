@@ -231,6 +231,7 @@ mod tests {
     #[test]
     fn huge_displacements_are_named() {
         let displs = [0u64, 1 << 60];
+        // SAFETY: two readable values.
         let e = unsafe { u64_array(displs.as_ptr().cast(), 2, "recvDispls") }.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Para);
         assert!(e.msg.contains("recvDispls[1]"), "{}", e.msg);
@@ -256,15 +257,19 @@ mod tests {
     #[test]
     fn c_strings_at_and_past_the_limit() {
         let at = format!("{}\0", "n".repeat(MAX_COMM_NAME_BYTES));
+        // SAFETY: NUL-terminated.
         let s = unsafe { c_str(at.as_ptr().cast(), MAX_COMM_NAME_BYTES, "name") }.unwrap();
         assert_eq!(s.len(), MAX_COMM_NAME_BYTES);
         // No terminator within max + 1 bytes: refused after reading exactly max + 1 bytes.
         let past = "n".repeat(MAX_COMM_NAME_BYTES + 1);
+        // SAFETY: max + 1 readable bytes.
         let e = unsafe { c_str(past.as_ptr().cast(), MAX_COMM_NAME_BYTES, "name") }.unwrap_err();
         assert!(e.msg.contains("longer than 127"), "{}", e.msg);
         let bad = b"\xff\0";
+        // SAFETY: NUL-terminated.
         assert!(unsafe { c_str(bad.as_ptr().cast(), 8, "name") }.is_err());
         assert_eq!(
+            // SAFETY: NULL is allowed (and refused).
             unsafe { c_str(std::ptr::null(), 8, "name") }
                 .unwrap_err()
                 .kind,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every check of the project: formatting, lints, unit, integration and C/C++ tests.
+# Runs every check of the project: formatting, lints, unit, integration and C/C++ tests, and
+# each fuzz target for 20 seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+scripts/fuzz.sh 20

@@ -105,12 +105,26 @@ pub fn entry_log() -> bool {
     *ON.get_or_init(|| EnvConfig::global().map(|c| c.entry_log).unwrap_or(false))
 }
 
-/// ` comm <name> rank <r>/<n>`, the context every line of a communicator's entry point carries.
-fn comm_context(c: &Communicator) -> String {
-    format!(" comm {} rank {}/{}", c.name(), c.rank(), c.size())
+/// What a line of an entry point names besides the API: ` comm <name> rank <r>/<n>` for a
+/// communicator's entry points. Rendered only when a line is written: the steady-state path of
+/// a collective must not allocate.
+enum Context<'a> {
+    None,
+    Comm(&'a Communicator),
+    Handle(HcclComm),
 }
 
-fn log_entry(api: &str, context: &str, args: impl FnOnce(&mut String)) {
+impl fmt::Display for Context<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Context::None => Ok(()),
+            Context::Comm(c) => write!(f, " comm {} rank {}/{}", c.name(), c.rank(), c.size()),
+            Context::Handle(h) => write!(f, " comm {h:?}"),
+        }
+    }
+}
+
+fn log_entry(api: &str, context: &Context<'_>, args: impl FnOnce(&mut String)) {
     if entry_log() {
         let mut line = format!("entry {api}{context}");
         args(&mut line);
@@ -119,7 +133,7 @@ fn log_entry(api: &str, context: &str, args: impl FnOnce(&mut String)) {
 }
 
 /// Runs a body, mapping its outcome and any panic to a result code; logs failures once.
-fn guarded(api: &str, context: &str, body: impl FnOnce() -> Result<()>) -> HcclResult {
+fn guarded(api: &str, context: &Context<'_>, body: impl FnOnce() -> Result<()>) -> HcclResult {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => HcclResult::HCCL_SUCCESS,
         Ok(Err(e)) => {
@@ -143,8 +157,8 @@ pub fn enter(
     body: impl FnOnce() -> Result<()>,
 ) -> HcclResult {
     crate::base::logging::init_from_env();
-    log_entry(api, "", args);
-    guarded(api, "", body)
+    log_entry(api, &Context::None, args);
+    guarded(api, &Context::None, body)
 }
 
 /// Implementation of [`entry!`] with `comm(handle => c)`.
@@ -165,13 +179,15 @@ pub fn enter_comm(
         });
     match found {
         Ok(c) => {
-            let context = comm_context(&c);
+            // The body takes the Arc; the lines keep a second one.
+            let held = Arc::clone(&c);
+            let context = Context::Comm(&held);
             log_entry(api, &context, args);
             guarded(api, &context, || body(c))
         }
         Err(e) => {
-            log_entry(api, &format!(" comm {handle:?}"), args);
-            guarded(api, "", || Err(e))
+            log_entry(api, &Context::Handle(handle), args);
+            guarded(api, &Context::None, || Err(e))
         }
     }
 }
@@ -184,7 +200,7 @@ pub fn enter_value<T>(
     body: impl FnOnce() -> T,
 ) -> T {
     crate::base::logging::init_from_env();
-    log_entry(api, "", args);
+    log_entry(api, &Context::None, args);
     catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| {
         log::error!(
             "{api}: internal error (panic caught at the API boundary): {}",

@@ -24,3 +24,8 @@ for comp in clippy rustfmt; do
         rustup component add "$comp"
     fi
 done
+# scripts/fuzz.sh (run by scripts/test.sh) needs the nightly toolchain and cargo-fuzz.
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    rustup toolchain install nightly --profile minimal
+fi
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked

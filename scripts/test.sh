@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check of the project: formatting, lints, unit, integration and C/C++ tests, and
-# the Python package's pytest suite.
+# the Python package's pytest suite, and each fuzz target for 20 seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,3 +8,4 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 scripts/python_tests.sh
+scripts/fuzz.sh 20

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::base::error::Result;
+use crate::base::limits::{self, MAX_RANKS};
 
 /// `HCCL_DETERMINISTIC`: whether reductions must be reproducible run to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -621,8 +622,33 @@ impl<F: Fn(&str) -> Option<String>> Reader<F> {
 impl EnvConfig {
     /// Parses the configuration from any lookup function: tests pass a map, production passes
     /// the process environment. Returns the first malformed variable as an
-    /// [`ErrorKind::Para`](crate::base::error::ErrorKind::Para) error.
+    /// [`ErrorKind::Para`](crate::base::error::ErrorKind::Para) error; a value longer than its
+    /// bound ([`limits::env_value_bytes`]) is that error whatever else is wrong.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
+        let too_long = std::cell::RefCell::new(None);
+        let bounded = |var: &str| {
+            let v = get(var)?;
+            let max = limits::env_value_bytes(var);
+            if v.len() > max {
+                too_long.borrow_mut().get_or_insert_with(|| {
+                    crate::err!(
+                        Para,
+                        "{var} is {} bytes long; at most {max} are accepted",
+                        v.len()
+                    )
+                });
+                return None;
+            }
+            Some(v)
+        };
+        let parsed = EnvConfig::parse(bounded);
+        match too_long.into_inner() {
+            Some(e) => Err(e),
+            None => parsed,
+        }
+    }
+
+    fn parse(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
         let mut r = Reader {
             get,
             warnings: Vec::new(),
@@ -668,6 +694,14 @@ impl EnvConfig {
             None => None,
             Some(v) => {
                 let labels: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
+                if labels.len() > MAX_RANKS as usize {
+                    crate::bail!(
+                        Para,
+                        "HCCL_RANK_HOST_MAP has {} labels; a communicator has at most {MAX_RANKS} \
+                         ranks",
+                        labels.len()
+                    );
+                }
                 if labels.iter().any(String::is_empty) {
                     crate::bail!(
                         Para,

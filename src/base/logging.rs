@@ -12,6 +12,9 @@
 //! terminal easy to grep and attribute. The level comes from the environment (see
 //! [`EnvConfig::log_level`](crate::base::env::EnvConfig::log_level)), not from `RUST_LOG`.
 //!
+//! With `HCCL_ENTRY_LOG_ENABLE=1` the API entry lines (target [`ENTRY_LOG_TARGET`]) are let
+//! through at INFO whatever the level, since the user asked for exactly those lines.
+//!
 //! We are a library loaded into someone else's process: if the host program already installed a
 //! `log` logger, ours is silently not installed and records go to the host's logger instead.
 
@@ -21,13 +24,17 @@ use std::sync::Once;
 
 use crate::base::env::EnvConfig;
 
-/// Installs the library's stderr logger at `level`, once per process. Later calls do nothing,
-/// and an already-installed logger (from the host program) is left in place; never panics.
-pub fn init(level: log::LevelFilter) {
+/// Log target of the API entry lines (`HCCL_ENTRY_LOG_ENABLE=1`).
+pub const ENTRY_LOG_TARGET: &str = "hccl_entry";
+
+/// Installs the library's stderr logger at `level` (plus the API entry lines when `entry_log`),
+/// once per process. Later calls do nothing, and an already-installed logger (from the host
+/// program) is left in place; never panics.
+pub fn init(level: log::LevelFilter, entry_log: bool) {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         // try_init fails only if another logger is installed; that one is the host's choice.
-        let _ = builder(level).try_init();
+        let _ = builder(level, entry_log).try_init();
     });
 }
 
@@ -41,10 +48,10 @@ pub fn init_from_env() {
         return;
     }
     let cfg = EnvConfig::global();
-    init(
-        cfg.as_ref()
-            .map_or(log::LevelFilter::Error, |c| c.log_level),
-    );
+    let (level, entry_log) = cfg.as_ref().map_or((log::LevelFilter::Error, false), |c| {
+        (c.log_level, c.entry_log)
+    });
+    init(level, entry_log);
     // Warnings are reported after init so they reach the logger; Once keeps them from repeating
     // when several entry points call this.
     REPORT.call_once(|| match &cfg {
@@ -54,21 +61,23 @@ pub fn init_from_env() {
 }
 
 /// The configured `env_logger` builder; separate from [`init`] so tests can redirect it.
-fn builder(level: log::LevelFilter) -> env_logger::Builder {
+fn builder(level: log::LevelFilter, entry_log: bool) -> env_logger::Builder {
     let mut b = env_logger::Builder::new();
-    b.filter_level(level)
-        .target(env_logger::Target::Stderr)
-        .format(|buf, record| {
-            let ts = buf.timestamp_micros();
-            write_line(
-                buf,
-                record.level(),
-                std::process::id(),
-                current_tid(),
-                &ts,
-                record.args(),
-            )
-        });
+    b.filter_level(level);
+    if entry_log {
+        b.filter_module(ENTRY_LOG_TARGET, level.max(log::LevelFilter::Info));
+    }
+    b.target(env_logger::Target::Stderr).format(|buf, record| {
+        let ts = buf.timestamp_micros();
+        write_line(
+            buf,
+            record.level(),
+            std::process::id(),
+            current_tid(),
+            &ts,
+            record.args(),
+        )
+    });
     b
 }
 
@@ -141,7 +150,7 @@ mod tests {
     fn builder_formats_and_filters() {
         use log::Log;
         let sink = Sink::default();
-        let logger = builder(log::LevelFilter::Info)
+        let logger = builder(log::LevelFilter::Info, false)
             .target(env_logger::Target::Pipe(Box::new(sink.clone())))
             .build();
         let rec = |level, msg: &str| {
@@ -167,6 +176,39 @@ mod tests {
             ts.len() >= 20 && ts.contains('T') && ts.ends_with('Z'),
             "{ts:?}"
         );
+    }
+
+    #[test]
+    fn entry_lines_pass_whatever_the_level() {
+        use log::Log;
+        for (level, entry_log, want) in [
+            (log::LevelFilter::Error, true, "entry kept"),
+            (log::LevelFilter::Off, true, "entry kept"),
+            (log::LevelFilter::Error, false, ""),
+        ] {
+            let sink = Sink::default();
+            let logger = builder(level, entry_log)
+                .target(env_logger::Target::Pipe(Box::new(sink.clone())))
+                .build();
+            for (target, msg) in [(ENTRY_LOG_TARGET, "entry kept"), ("hccl::comm", "other")] {
+                logger.log(
+                    &log::Record::builder()
+                        .level(log::Level::Info)
+                        .target(target)
+                        .args(format_args!("{msg}"))
+                        .build(),
+                );
+            }
+            logger.flush();
+            let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            let lines = text.lines().count();
+            assert_eq!(
+                lines,
+                usize::from(!want.is_empty()),
+                "{level} {entry_log}: {text:?}"
+            );
+            assert!(text.contains(want) && !text.contains("other"), "{text:?}");
+        }
     }
 
     /// A stand-in for a logger installed by the host program.
@@ -216,7 +258,7 @@ mod tests {
     fn host_logger_in_fresh_process() {
         log::set_logger(&HOST).expect("no logger installed yet in a fresh process");
         log::set_max_level(log::LevelFilter::Trace);
-        init(log::LevelFilter::Debug);
+        init(log::LevelFilter::Debug, false);
         init_from_env();
         log::error!("still the host's");
         assert!(HOST
@@ -232,10 +274,10 @@ mod tests {
     #[test]
     #[ignore = "needs a process without a logger; run by init_is_once"]
     fn init_once_in_fresh_process() {
-        init(log::LevelFilter::Info);
+        init(log::LevelFilter::Info, false);
         assert_eq!(log::max_level(), log::LevelFilter::Info);
-        init(log::LevelFilter::Off);
-        init(log::LevelFilter::Trace);
+        init(log::LevelFilter::Off, false);
+        init(log::LevelFilter::Trace, true);
         init_from_env();
         assert_eq!(
             log::max_level(),

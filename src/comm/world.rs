@@ -46,6 +46,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, T
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::base::limits::{MAX_ENV_VALUE_BYTES, MAX_RANKS};
 use crate::ffi::types::HCCL_ROOT_INFO_BYTES;
 
 /// First port of the derived range.
@@ -209,8 +210,30 @@ fn split_host_port(s: &str) -> (String, Option<u16>) {
 }
 
 /// Reads the launch environment through `get` (the process environment in real runs).
-/// `Ok(None)`: no launcher variables, a single-rank run.
+/// `Ok(None)`: no launcher variables, a single-rank run. A world of more than
+/// [`MAX_RANKS`] ranks, or a variable longer than [`MAX_ENV_VALUE_BYTES`], is an error.
 pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
+    let too_long = std::cell::Cell::new(None);
+    let bounded = |name: &str| {
+        let v = get(name)?;
+        if v.len() > MAX_ENV_VALUE_BYTES {
+            too_long.set(Some(format!(
+                "environment variable {name} is {} bytes long; at most {MAX_ENV_VALUE_BYTES} \
+                 are accepted",
+                v.len()
+            )));
+            return None;
+        }
+        Some(v)
+    };
+    let found = detect_bounded(&bounded);
+    match too_long.take() {
+        Some(e) => Err(e),
+        None => found,
+    }
+}
+
+fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
     let mut found = None;
     for (source, [r, s, lr, ls]) in SOURCES {
         if let (Some(rank), Some(size)) = (num(get, r)?, num(get, s)?) {
@@ -221,7 +244,10 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, Str
     let Some((source, rank, size, local_rank, local_size, rv, sv)) = found else {
         return Ok(None);
     };
-    if size == 0 || rank >= size {
+    if size == 0 || size > MAX_RANKS {
+        return Err(format!("{sv}={size} must be in 1..={MAX_RANKS}"));
+    }
+    if rank >= size {
         return Err(format!("{rv}={rank} is out of range for {sv}={size}"));
     }
     // Where the info server is, as far as the environment says (the port may be derived).
@@ -231,11 +257,12 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, Str
     } else if let Some(host) = master {
         let port = match num(get, "MASTER_PORT")? {
             Some(p) => {
-                let bump = u32::from(get("TORCHELASTIC_RUN_ID").is_some());
-                Some(
-                    u16::try_from(p + bump)
-                        .map_err(|_| format!("MASTER_PORT={p} is not a valid port"))?,
-                )
+                let bump = u16::from(get("TORCHELASTIC_RUN_ID").is_some());
+                let port = u16::try_from(p)
+                    .ok()
+                    .and_then(|p| p.checked_add(bump))
+                    .ok_or_else(|| format!("MASTER_PORT={p} is not a valid port"))?;
+                Some(port)
             }
             None => None,
         };
@@ -627,10 +654,8 @@ mod tests {
         // Nothing shared at all: the parent process (one launcher on one host).
         let bare = key(&[("RANK", "0"), ("WORLD_SIZE", "2")]);
         // SAFETY: getppid has no preconditions.
-        assert_eq!(
-            bare,
-            format!("torchrun/ppid:{}/2", unsafe { libc::getppid() })
-        );
+        let ppid = unsafe { libc::getppid() };
+        assert_eq!(bare, format!("torchrun/ppid:{ppid}/2"));
     }
 
     #[test]
@@ -692,6 +717,42 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(detect(&env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
         assert!(detect(&env(&[("RANK", "2"), ("WORLD_SIZE", "2")])).is_err());
+        // The torchrun port bump must not overflow (u32 + 1 or port 65535 + 1).
+        let e = detect(&env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "65535"),
+            ("TORCHELASTIC_RUN_ID", "x"),
+        ]));
+        assert!(e.unwrap_err().contains("MASTER_PORT=65535"));
+        let e = detect(&env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "4294967295"),
+            ("TORCHELASTIC_RUN_ID", "x"),
+        ]));
+        assert!(e.unwrap_err().contains("not a valid port"));
+    }
+
+    #[test]
+    fn world_size_and_value_lengths_at_and_past_the_bound() {
+        let at = MAX_RANKS.to_string();
+        let past = (MAX_RANKS + 1).to_string();
+        let w = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", &at)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.size, MAX_RANKS);
+        let e = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", &past)])).unwrap_err();
+        assert!(e.contains("WORLD_SIZE=65537"), "{e}");
+        let job_at = "j".repeat(MAX_ENV_VALUE_BYTES);
+        let job_past = "j".repeat(MAX_ENV_VALUE_BYTES + 1);
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1")];
+        let w = detect(&env(&[base[0], base[1], ("HCCL_JOB_ID", &job_at)])).unwrap();
+        assert!(w.unwrap().key.contains(&job_at));
+        let e = detect(&env(&[base[0], base[1], ("HCCL_JOB_ID", &job_past)])).unwrap_err();
+        assert!(e.contains("HCCL_JOB_ID is 4097 bytes"), "{e}");
     }
 
     #[test]

@@ -168,6 +168,7 @@ fn shm_status() -> String {
     let c = CString::new("/dev/shm").unwrap_or_default();
     // SAFETY: zeroed statvfs is a valid out buffer; `c` is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: a valid path and an out buffer of the right type.
     let free_mib = (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
         .then(|| (st.f_bavail as u64 * st.f_frsize as u64) >> 20);
     match (writable, free_mib) {

@@ -14,6 +14,8 @@
 //! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
 //! 2 on a usage error.
 
+// Every unsafe operation sits in an `unsafe {}` block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod barrier_order;

@@ -6,6 +6,7 @@
 //! - [`hccl::comm::world`]: ranks from MPI / torchrun / our launcher's variables, and shipping the root info;
 //! - [`ops`]: buffer layouts and the library calls of each operation;
 //! - [`check`]: input patterns and independently computed expected results;
+//! - [`barrier_order`]: the barrier's check (nobody leaves before the last rank entered);
 //! - [`report`]: the table, progress line, CSV and JSON.
 //!
 //! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`).
@@ -17,6 +18,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod barrier_order;
 pub mod check;
 pub mod cli;
 pub mod diag;
@@ -181,7 +183,12 @@ impl Plan {
         };
         Plan {
             op,
-            sizes: cli::sweep(&cfg),
+            // A barrier has no size: one row, whatever -b and -e say.
+            sizes: if op == Op::Barrier {
+                vec![0]
+            } else {
+                cli::sweep(&cfg)
+            },
             ranks,
             oracle: Oracle::new(cfg.dtype, pattern, red, ranks),
             checked: cfg.check && check::checkable(pattern, cfg.dtype, ranks),
@@ -193,10 +200,12 @@ impl Plan {
 
     fn announce(&self) {
         let i = &self.info;
-        let mut s = format!(
-            "{}_test: {}, {} ranks, dtype {}",
-            i.op, i.launch, i.ranks, i.dtype
-        );
+        let mut s = format!("{}_test: {}, {} ranks", i.op, i.launch, i.ranks);
+        if self.op == Op::Barrier {
+            s += ", no payload (one row of size 0)";
+        } else {
+            s += &format!(", dtype {}", i.dtype);
+        }
         if let Some(r) = i.reduce_op {
             s += &format!(", op {r}");
         }
@@ -216,7 +225,7 @@ impl Plan {
     }
 }
 
-fn hccl(what: &str, r: HcclResult) -> Result<(), String> {
+pub(crate) fn hccl(what: &str, r: HcclResult) -> Result<(), String> {
     if r == HcclResult::HCCL_SUCCESS {
         return Ok(());
     }
@@ -300,7 +309,10 @@ fn run_rank(
         }
         let mine = t0.elapsed().as_secs_f64() / cfg.iters as f64;
         let slowest = max_over_ranks(mine, comm)?;
-        let result = if p.checked {
+        let result = if p.checked && p.op == Op::Barrier {
+            // SAFETY: `comm` is this rank's live communicator; every rank gets here.
+            unsafe { barrier_order::check(rank, p.ranks, comm, p.fault && rank == fault_rank)? }
+        } else if p.checked {
             let regions = l.regions();
             p.oracle.fill_input(rank, 0, &mut send);
             check::prefill(&p.oracle, &regions, &mut recv);
@@ -322,12 +334,12 @@ fn run_rank(
             if all_true(bad.is_none(), comm)? {
                 CheckResult::Success
             } else {
-                all_ok = false;
                 CheckResult::Failed
             }
         } else {
             CheckResult::Null
         };
+        all_ok &= result != CheckResult::Failed;
         if let Some(r) = rep.as_deref_mut() {
             r.row(Row::new(
                 l.data_size,

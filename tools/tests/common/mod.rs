@@ -19,6 +19,7 @@ pub fn bin(name: &str) -> String {
         "alltoallv_test" => env!("CARGO_BIN_EXE_alltoallv_test"),
         "scatter_test" => env!("CARGO_BIN_EXE_scatter_test"),
         "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "barrier_test" => env!("CARGO_BIN_EXE_barrier_test"),
         "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
         other => panic!("no binary {other}"),
     }

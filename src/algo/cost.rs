@@ -3,6 +3,7 @@
 //! layout and the message size, with level0 links (within a host) and level1 links (across
 //! hosts) priced separately. The selector takes the cheapest; the simulator prints the table.
 
+use super::fabric::Fabric;
 use super::{Algo, Coll, Ctx, Topo};
 
 /// Cost of one link level.
@@ -67,7 +68,8 @@ impl LinkKind {
     }
 }
 
-/// The model: one link cost per level plus the local reduction rate.
+/// The model: one link cost per level plus the local reduction rate, and optionally the
+/// network the hosts share.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
     /// Within a host.
@@ -76,6 +78,10 @@ pub struct CostModel {
     pub level1: LinkCost,
     /// Reduction throughput, bytes per second.
     pub gamma: f64,
+    /// The shared-link view of the network: a host's ranks share its NICs (level1 β is then a
+    /// NIC's bandwidth, not a rank's) and switch uplinks may be oversubscribed. `None`: every
+    /// rank has level1 β to itself.
+    pub fabric: Option<Fabric>,
 }
 
 impl CostModel {
@@ -93,6 +99,7 @@ impl CostModel {
             level0: l0.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: Some(Fabric::default()),
         }
     }
 }
@@ -440,6 +447,7 @@ mod tests {
             level0: LinkKind::Memory.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: None,
         };
         let m = base
             .with_overrides(" level1: alpha=1e-3, beta=6.25e7 ; gamma=5e9;level0:peer=2e-6")
@@ -473,6 +481,7 @@ mod tests {
             level0: LinkKind::Network.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: None,
         };
         // 48 ranks: RHD folds 16 of them, paying two extra full-size transfers.
         let sh = Shape::of(&Topo::flat(48));

@@ -124,6 +124,7 @@ impl CommConfig {
                 level0: crate::algo::cost::LinkKind::Memory.default_cost(),
                 level1: crate::algo::cost::LinkKind::Network.default_cost(),
                 gamma: 1.0,
+                fabric: None,
             };
             any.with_overrides(t)
                 .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}")))?;

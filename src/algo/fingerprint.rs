@@ -547,50 +547,62 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
     ))
 }
 
-/// A send or receive of a rank's current step.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    peer: u32,
-    done: bool,
-    act: Act,
-}
-
-/// The communication of one rank's current step, sorted by peer (and within a peer in action
-/// order, the order messages between a pair match in).
+/// The sends (or receives) of a rank's current step, sorted by peer (and within a peer in
+/// action order, the order messages between a pair match in), with one cursor per peer: the
+/// next entry to match, since a pair's messages match in order.
 #[derive(Default)]
-struct Posted {
-    tx: Vec<Entry>,
-    tx_open: usize,
-    rx: Vec<Entry>,
-    rx_open: usize,
+struct Side {
+    acts: Vec<Act>,
+    /// (peer, next unmatched index in `acts`, end of the peer's entries), by peer.
+    groups: Vec<(u32, u32, u32)>,
+    open: usize,
 }
 
-impl Posted {
-    /// The first entry of `peer` in the sorted `list` of a step among `n` ranks. Peers of a
-    /// big step are spread over all ranks (a mesh step lists every one), so the search starts
-    /// where an even spread puts `peer` and widens from there: one or two cache lines instead
-    /// of a binary search's dozen.
-    fn find(list: &[Entry], peer: u32, n: u32) -> usize {
-        if list.len() <= 8 {
-            return list
-                .iter()
-                .position(|e| e.peer >= peer)
-                .unwrap_or(list.len());
+impl Side {
+    fn reset(&mut self) {
+        self.acts.clear();
+        self.groups.clear();
+        self.open = 0;
+    }
+
+    /// Sorts the collected actions and indexes them by peer.
+    fn index(&mut self) {
+        self.acts.sort_by_key(|a| a.peer);
+        self.open = self.acts.len();
+        let mut i = 0;
+        while i < self.acts.len() {
+            let p = self.acts[i].peer;
+            let mut j = i + 1;
+            while j < self.acts.len() && self.acts[j].peer == p {
+                j += 1;
+            }
+            self.groups.push((p, i as u32, j as u32));
+            i = j;
         }
-        let guess = (peer as u64 * list.len() as u64 / n.max(1) as u64) as usize;
-        let g = guess.min(list.len() - 1);
-        let (mut lo, mut hi) = if list[g].peer < peer {
+    }
+
+    /// The group of `peer` among `n` ranks. A big step's peers are spread over all ranks (a
+    /// mesh step lists every one), so the search starts where an even spread puts `peer` and
+    /// widens from there: a cache line or two instead of a binary search's dozen.
+    fn group(&self, peer: u32, n: u32) -> Option<usize> {
+        let g = &self.groups;
+        if g.len() <= 8 {
+            return g.iter().position(|e| e.0 == peer);
+        }
+        let guess = ((peer as u64 * g.len() as u64) / n.max(1) as u64) as usize;
+        let at = guess.min(g.len() - 1);
+        let (mut lo, mut hi) = if g[at].0 < peer {
             let mut step = 1;
-            let mut lo = g + 1;
-            while lo + step < list.len() && list[lo + step].peer < peer {
+            let mut lo = at + 1;
+            while lo + step < g.len() && g[lo + step].0 < peer {
                 lo += step;
                 step *= 2;
             }
-            (lo, (lo + step).min(list.len()))
+            (lo, (lo + step).min(g.len()))
         } else {
             let mut step = 1;
-            let mut hi = g;
-            while hi >= step && list[hi - step].peer >= peer {
+            let mut hi = at;
+            while hi >= step && g[hi - step].0 >= peer {
                 hi -= step;
                 step *= 2;
             }
@@ -598,29 +610,44 @@ impl Posted {
         };
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if list[mid].peer < peer {
+            if g[mid].0 < peer {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        lo
+        (lo < g.len() && g[lo].0 == peer).then_some(lo)
     }
 
-    /// The first unmatched entry of `peer` in `list`.
-    fn first_open(list: &[Entry], peer: u32, n: u32) -> Option<usize> {
-        let mut i = Posted::find(list, peer, n);
-        while i < list.len() && list[i].peer == peer {
-            if !list[i].done {
-                return Some(i);
-            }
-            i += 1;
-        }
-        None
+    /// The next unmatched action with `peer`: (group, action).
+    fn next(&self, peer: u32, n: u32) -> Option<(usize, Act)> {
+        let k = self.group(peer, n)?;
+        let (_, next, end) = self.groups[k];
+        (next < end).then(|| (k, self.acts[next as usize]))
     }
 
+    /// Marks the next action of group `k` matched.
+    fn take(&mut self, k: usize) {
+        self.groups[k].1 += 1;
+        self.open -= 1;
+    }
+
+    /// Distinct peers, in order.
+    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.groups.iter().map(|g| g.0)
+    }
+}
+
+/// The communication of one rank's current step.
+#[derive(Default)]
+struct Posted {
+    tx: Side,
+    rx: Side,
+}
+
+impl Posted {
     fn idle(&self) -> bool {
-        self.tx_open == 0 && self.rx_open == 0
+        self.tx.open == 0 && self.rx.open == 0
     }
 }
 
@@ -687,43 +714,28 @@ impl Prover<'_> {
         let plan = &plans[r as usize];
         let pos = self.ranks[r as usize].pos;
         let mut cur = std::mem::take(&mut self.ranks[r as usize].cur);
-        cur.tx.clear();
-        cur.rx.clear();
+        cur.tx.reset();
+        cur.rx.reset();
         let step = plan.step_at(pos);
         for &a in step {
-            let e = Entry {
-                peer: a.peer,
-                done: false,
-                act: a,
-            };
             match a.kind {
                 Kind::Copy | Kind::Reduce => {
                     self.read(r, a.sbuf, a.peer, a.len)?;
                     self.write(r, a.buf, a.off, a.kind == Kind::Reduce)?;
                 }
-                Kind::Send => cur.tx.push(e),
-                Kind::Recv | Kind::RecvReduce => cur.rx.push(e),
+                Kind::Send => cur.tx.acts.push(a),
+                Kind::Recv | Kind::RecvReduce => cur.rx.acts.push(a),
                 Kind::Nop => {}
             }
         }
         self.ranks[r as usize].next = pos + step.len();
-        // Stable: messages between a pair match in action order.
-        cur.tx.sort_by_key(|e| e.peer);
-        cur.rx.sort_by_key(|e| e.peer);
-        cur.tx_open = cur.tx.len();
-        cur.rx_open = cur.rx.len();
+        cur.tx.index();
+        cur.rx.index();
         let mut peers = std::mem::take(&mut self.peers);
         peers.clear();
-        let distinct = |list: &[Entry], out: &mut Vec<u32>| {
-            for (i, e) in list.iter().enumerate() {
-                if i == 0 || list[i - 1].peer != e.peer {
-                    out.push(e.peer);
-                }
-            }
-        };
-        distinct(&cur.rx, &mut peers);
+        peers.extend(cur.rx.peers());
         let from = peers.len();
-        distinct(&cur.tx, &mut peers);
+        peers.extend(cur.tx.peers());
         let st = &mut self.ranks[r as usize];
         st.cur = cur;
         st.posted = true;
@@ -751,13 +763,12 @@ impl Prover<'_> {
             if !ss.posted || !ds.posted {
                 return Ok(());
             }
-            let Some(i) = Posted::first_open(&ss.cur.tx, d, n) else {
+            let Some((gi, send)) = ss.cur.tx.next(d, n) else {
                 return Ok(());
             };
-            let Some(j) = Posted::first_open(&ds.cur.rx, s, n) else {
+            let Some((gj, recv)) = ds.cur.rx.next(s, n) else {
                 return Ok(());
             };
-            let (send, recv) = (ss.cur.tx[i].act, ds.cur.rx[j].act);
             if send.len != recv.len {
                 return Err(self.fail(
                     d,
@@ -768,14 +779,12 @@ impl Prover<'_> {
             self.write(d, recv.buf, recv.off, recv.kind == Kind::RecvReduce)
                 .map_err(|e| format!("{e} (from {s})"))?;
             let ss = &mut self.ranks[s as usize].cur;
-            ss.tx[i].done = true;
-            ss.tx_open -= 1;
+            ss.tx.take(gi);
             if ss.idle() {
                 self.work.push(s);
             }
             let ds = &mut self.ranks[d as usize].cur;
-            ds.rx[j].done = true;
-            ds.rx_open -= 1;
+            ds.rx.take(gj);
             if ds.idle() {
                 self.work.push(d);
             }
@@ -953,4 +962,249 @@ pub fn check(
     }
     prove(&plans, coll_of)?;
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schedule::{Action, Buf, Schedule, Span};
+    use super::super::{build, symbolic, Algo, Coll, Ctx, Topo};
+    use super::*;
+
+    /// 4096 ranks: 512 hosts of 8.
+    fn big() -> Topo {
+        Topo::uniform(512, 8)
+    }
+
+    fn scheds(topo: &Topo, coll: &Coll, algo: Algo) -> Vec<Schedule> {
+        (0..topo.n())
+            .map(|me| {
+                let ctx = Ctx {
+                    me,
+                    n: topo.n(),
+                    elem: 1,
+                    network: true,
+                    topo,
+                    deterministic: true,
+                };
+                build(coll, &ctx, algo)
+            })
+            .collect()
+    }
+
+    /// Index of the first step of `s` holding an action that `f` accepts, and the action's.
+    fn find(s: &Schedule, f: impl Fn(&Action) -> bool) -> (usize, usize) {
+        s.steps
+            .iter()
+            .enumerate()
+            .find_map(|(k, st)| st.actions.iter().position(&f).map(|i| (k, i)))
+            .expect("schedule has such an action")
+    }
+
+    #[test]
+    fn weights_are_nonzero_and_distinct() {
+        let w: Vec<Fp> = (0..10_000).map(Fp::rank).collect();
+        assert!(w.iter().all(|f| f.0.iter().all(|&x| x > 0 && x < P)));
+        let mut a: Vec<u64> = w.iter().map(|f| f.0[0]).collect();
+        a.sort_unstable();
+        a.dedup();
+        assert_eq!(a.len(), w.len());
+        // Sums wrap modulo P: a set and its complement add up to the whole.
+        let ws = Weights::new(100);
+        let all = ws.set(&RankSet::all(100));
+        let part = ws.set(&RankSet::one(42));
+        assert_eq!(all.sub(part).add(part), all);
+    }
+
+    #[test]
+    fn runs_split_merge_and_reduce() {
+        let v = |d: i64, r: u32| Val {
+            delta: d,
+            fp: Fp::rank(r),
+        };
+        let mut b = Runs::new(300, Val::UNDEF);
+        let mut scratch = Vec::new();
+        // Many small writes force chunks to split; equal neighbours merge again.
+        // Piece offsets count from the write, so each holds input element `pos + 0`.
+        for i in 0..100u32 {
+            let p = [Piece {
+                len: 3,
+                val: v(i as i64 * 3, i % 2),
+            }];
+            b.write(i * 3, &p, false, &mut scratch).unwrap();
+        }
+        assert!(b.chunks.len() > 1);
+        let mut out = Vec::new();
+        b.read(0, 300, &mut out).unwrap();
+        assert_eq!(out.len(), 100);
+        for i in (0..100u32).step_by(2) {
+            let p = [Piece {
+                len: 3,
+                val: v(i as i64 * 3, 1),
+            }];
+            b.write(i * 3, &p, false, &mut scratch).unwrap();
+        }
+        out.clear();
+        b.read(0, 300, &mut out).unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        // Reducing adds fingerprints, and checks the element offsets agree.
+        let p = [Piece {
+            len: 10,
+            val: v(5, 7),
+        }];
+        // Element k of this write holds input element k + 5 = its position.
+        b.write(5, &p, true, &mut scratch).unwrap();
+        out.clear();
+        b.read(5, 10, &mut out).unwrap();
+        assert_eq!(out[0].val.fp, Fp::rank(1).add(Fp::rank(7)));
+        let e = b
+            .write(
+                20,
+                &[Piece {
+                    len: 2,
+                    val: v(9, 1),
+                }],
+                true,
+                &mut scratch,
+            )
+            .unwrap_err();
+        assert!(e.contains("different element"), "{e}");
+        assert!(b.read(299, 2, &mut out).unwrap_err().contains("beyond"));
+    }
+
+    #[test]
+    fn proves_log_step_schedules_at_4096_ranks() {
+        let topo = big();
+        let coll = Coll::AllReduce { count: 8197 };
+        for algo in [Algo::Rhd, Algo::Tree] {
+            let r = check(&topo, &|_| coll.clone(), algo, true).unwrap();
+            assert!(r.order_fixed && r.messages > 0, "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn catches_a_dropped_send_at_4096_ranks() {
+        let topo = big();
+        let coll = Coll::AllReduce { count: 8197 };
+        let mut s = scheds(&topo, &coll, Algo::Rhd);
+        assert!(run(&s, &|_| coll.clone()).is_ok());
+        let (k, i) = find(&s[1234], |a| matches!(a, Action::Send { .. }));
+        s[1234].steps[k].actions.remove(i);
+        // The peer then matches 1234's next message early (a size mismatch) or waits forever.
+        let e = run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("deadlock") || e.contains("from 1234"), "{e}");
+        assert!(symbolic::run(&s, &|_| coll.clone()).is_err());
+    }
+
+    #[test]
+    fn catches_a_duplicated_reduction_at_4096_ranks() {
+        let topo = big();
+        let coll = Coll::AllReduce { count: 8197 };
+        let mut s = scheds(&topo, &coll, Algo::Rhd);
+        // Rank 2000's first reducing receive, and the matching send of its peer: sending the
+        // same partial sum twice adds it twice.
+        let (k, i) = find(&s[2000], |a| matches!(a, Action::RecvReduce { .. }));
+        let recv = s[2000].steps[k].actions[i];
+        let Action::RecvReduce { peer, .. } = recv else {
+            unreachable!()
+        };
+        let (pk, pi) = find(&s[peer as usize], |a| {
+            matches!(a, Action::Send { peer: 2000, .. })
+        });
+        let send = s[peer as usize].steps[pk].actions[pi];
+        s[2000].steps[k].actions.push(recv);
+        s[peer as usize].steps[pk].actions.push(send);
+        let e = run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("counted twice"), "{e}");
+        let e = symbolic::run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("counted twice"), "{e}");
+    }
+
+    #[test]
+    fn catches_a_read_before_arrival_at_4096_ranks() {
+        let topo = big();
+        let coll = Coll::AllReduce { count: 8197 };
+        let mut s = scheds(&topo, &coll, Algo::Tree);
+        // An inner node folds a child's chunk from scratch; fold it one step early, before the
+        // receive into that scratch slot.
+        let r = (0..topo.n() as usize)
+            .find(|&r| {
+                s[r].steps.iter().skip(1).any(|st| {
+                    st.actions
+                        .iter()
+                        .any(|a| matches!(a, Action::Reduce { src, .. } if src.buf == Buf::Scratch))
+                })
+            })
+            .expect("an inner node");
+        let (k, i) = find(
+            &s[r],
+            |a| matches!(a, Action::Reduce { src, .. } if src.buf == Buf::Scratch),
+        );
+        let fold = s[r].steps[k].actions.remove(i);
+        s[r].steps[0].actions.insert(0, fold);
+        let e = run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("before anything was written"), "{e}");
+        let e = symbolic::run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("before anything was written"), "{e}");
+    }
+
+    #[test]
+    fn step_hazards_match_the_exact_checker() {
+        let sp = |off, len| Span::new(Buf::Recv, off, len);
+        let coll = Coll::AllReduce { count: 4 };
+        let mk = |acts: Vec<Action>| {
+            let mut s = Schedule::new("t");
+            s.step().extend(acts);
+            let mut t = Schedule::new("t");
+            t.step().extend([
+                Action::Send {
+                    peer: 0,
+                    src: Span::new(Buf::Send, 0, 2),
+                },
+                Action::Send {
+                    peer: 0,
+                    src: Span::new(Buf::Send, 2, 2),
+                },
+            ]);
+            vec![s, t]
+        };
+        for (acts, ok) in [
+            // Two receives into one place: wrong, unless both reduce (then order-dependent).
+            (
+                vec![
+                    Action::Recv {
+                        peer: 1,
+                        dst: sp(0, 2),
+                    },
+                    Action::Recv {
+                        peer: 1,
+                        dst: sp(1, 2),
+                    },
+                ],
+                false,
+            ),
+            (
+                vec![
+                    Action::Recv {
+                        peer: 1,
+                        dst: sp(0, 2),
+                    },
+                    Action::Send {
+                        peer: 1,
+                        src: sp(1, 1),
+                    },
+                    Action::Recv {
+                        peer: 1,
+                        dst: sp(2, 2),
+                    },
+                ],
+                false,
+            ),
+        ] {
+            let s = mk(acts);
+            let f = run(&s, &|_| coll.clone());
+            let e = symbolic::run(&s, &|_| coll.clone());
+            assert_eq!(f.is_ok(), ok, "{f:?}");
+            assert_eq!(e.is_ok(), ok, "{e:?}");
+        }
+    }
 }

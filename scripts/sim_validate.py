@@ -7,8 +7,8 @@ and size under a topology file describing that bed, then runs the forced algorit
 (HCCL_ALGO="level0:NA;level1:X") as H*M processes of all_reduce_test / all_gather_test inside
 the namespaces, --repeat times, and prints one Markdown row per (op, layout, algorithm, size):
 predicted, measured median (and every run), and the error. With --pick it also runs each size
-without HCCL_ALGO and reports the algorithm the selector chose (from the INFO log) and its
-time beside the best measured one.
+without HCCL_ALGO, with HCCL_TOPOLOGY_FILE set to the same topology, and reports the algorithm
+the selector chose (from the INFO log) and its time beside the best measured one.
 
 Needs root, iproute2 and release builds of hccl_sim, all_reduce_test and all_gather_test
 (cargo build --release -p hccl-tools). Usage:
@@ -135,7 +135,7 @@ def probe_memory(bed, hosts, per, size=16 << 20, iters=5):
     return statistics.median(rates)
 
 
-def measure(bed, hosts, per, op, size, iters, warmup, algo, timeout):
+def measure(bed, hosts, per, op, size, iters, warmup, algo, timeout, topology=None):
     """Seconds per call (slowest rank's mean) of one run, and the algorithm the library used."""
     PORT[0] += 1
     n = hosts * per
@@ -155,6 +155,8 @@ def measure(bed, hosts, per, op, size, iters, warmup, algo, timeout):
             ]
             if algo:
                 env.append("HCCL_ALGO=level0:NA;level1:" + FORCE[algo])
+            if topology:
+                env.append("HCCL_TOPOLOGY_FILE=" + topology)
             cmd = ["ip", "netns", "exec", bed["NS_%d" % h]] + NICE + ["env"] + env + [
                 os.path.join(TESTERS[0], TESTER[op]),
                 "-b", str(size), "-e", str(size),
@@ -184,10 +186,14 @@ def measure(bed, hosts, per, op, size, iters, warmup, algo, timeout):
         f = line.split()
         if len(f) >= 2 and f[0] == str(size):
             t = float(f[1]) * 1e-6
-    used = None
+    # The tester's own small AllReduces (time, check) log their choices too: keep the one of
+    # the largest size bucket, the operation measured.
+    used, bucket = None, -1
     for line in err.splitlines():
-        if " uses the " in line:
-            used = line.split(" uses the ")[1].split()[0]
+        if " uses the " in line and "~2^" in line:
+            b = int(line.split("~2^")[1].split()[0])
+            if b > bucket:
+                bucket, used = b, line.split(" uses the ")[1].split()[0]
     if t is None:
         raise RuntimeError("no result line in: " + out)
     return t, used
@@ -210,8 +216,9 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--bin", default=BIN, help="directory of the testers")
     ap.add_argument("--sim", default=None, help="hccl_sim binary (default: in --bin)")
-    ap.add_argument("--no-memory-probe", dest="memory", action="store_false",
-                    help="keep the model's own in-host costs instead of measuring the bed's")
+    ap.add_argument("--memory-probe", dest="memory", action="store_true",
+                    help="measure each host's in-host bandwidth with every host busy (a ring "
+                         "AllReduce per host) and put it in the topology file")
     ap.add_argument("--nice", type=int, default=0,
                     help="run rank processes at this nice value (negative: ahead of other "
                          "work on a shared machine)")
@@ -272,7 +279,7 @@ def main():
                         iters = max(1, min(50, round(a.target / p)))
                         for _ in range(a.repeat):
                             t, u = measure(bed, hosts, per, op, size, iters, 1, None,
-                                           timeout=600)
+                                           timeout=600, topology=topo.name)
                             runs.append(t)
                             used.add(u)
                         med = statistics.median(runs)

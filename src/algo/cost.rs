@@ -276,7 +276,10 @@ impl Net {
     /// the first share a NIC index.
     fn edge(&self) -> LinkCost {
         let u = if self.rail {
-            if (self.m as u32).saturating_sub(1) % (self.nics as u32).max(1) != 0 {
+            if !(self.m as u32)
+                .saturating_sub(1)
+                .is_multiple_of((self.nics as u32).max(1))
+            {
                 self.h
             } else {
                 0.0

@@ -15,11 +15,13 @@
 //! at once, as in the exact checker. The exact checker stays the reference for small rank
 //! counts (the tests compare the two on every algorithm and operation up to 64 ranks).
 //!
-//! Cost: schedules are kept in a compact form (16 bytes an action); a buffer is a map of runs
-//! (O(log runs) per split or merge); a receive is matched against the unconsumed sends of the
-//! sender's current step (a step only ends when its sends are consumed, so no mailbox is
-//! needed and in-flight messages cost nothing); step hazards are found by sorting a step's
-//! spans. Schedules are built on all available cores.
+//! Cost: schedules are kept in a compact form (16 bytes an action); a buffer is a list of runs
+//! cut into chunks of a few dozen, so a write rewrites one small chunk whatever the run count;
+//! a receive is matched against the unconsumed sends of the sender's current step, found by
+//! peer (a step only ends when its sends are consumed, so no mailbox is needed and in-flight
+//! messages cost nothing); step hazards are found by sorting a step's spans. Schedules are
+//! built on all available cores. The weights are pseudo-random (splitmix64 of the rank with
+//! fixed seeds), fixed before any schedule is seen.
 
 use super::schedule::{Action, Buf, Schedule, Span};
 use super::symbolic::{self, RankSet, Report};
@@ -943,22 +945,20 @@ pub fn check(
         ..Default::default()
     };
     let mut scratch = None;
-    {
-        for (p, t, s) in built {
-            // Communicators cut large operations into segments by the scratch a schedule
-            // needs, a decision every rank must make alike.
-            match scratch {
-                None => scratch = Some(s),
-                Some(s0) if s0 != s => {
-                    return Err(format!(
-                        "scratch differs between ranks ({s0} and {s} bytes)"
-                    ))
-                }
-                _ => {}
+    for (p, t, s) in built {
+        // Communicators cut large operations into segments by the scratch a schedule needs, a
+        // decision every rank must make alike.
+        match scratch {
+            None => scratch = Some(s),
+            Some(s0) if s0 != s => {
+                return Err(format!(
+                    "scratch differs between ranks ({s0} and {s} bytes)"
+                ))
             }
-            tally(&mut rep, &p, &t);
-            plans.push(p);
+            _ => {}
         }
+        tally(&mut rep, &p, &t);
+        plans.push(p);
     }
     prove(&plans, coll_of)?;
     Ok(rep)

@@ -729,7 +729,6 @@ fn run(plans: &[Plan], topo: &Topo, model: &CostModel, fabric: &Fabric) -> Resul
 
 /// Builds every rank's schedule of `coll_of(rank)` with `algo` (elements of `elem` bytes,
 /// network links, reductions in any order unless `deterministic`) and simulates it.
-#[allow(clippy::too_many_arguments)]
 pub fn predict(
     topo: &Topo,
     coll_of: &(dyn Fn(u32) -> Coll + Sync),

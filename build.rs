@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 struct Header {
     file: &'static str,
-    source: &'static str,
+    /// Rust sources cbindgen reads for this header.
+    sources: &'static [&'static str],
     guard: &'static str,
     includes: &'static [&'static str],
     /// Extra text placed after the includes (constants, inline helpers).
@@ -79,7 +80,7 @@ static inline void HcclCommConfigInit(HcclCommConfig *config)
 const HEADERS: &[Header] = &[
     Header {
         file: "hccl_types.h",
-        source: "src/ffi/types.rs",
+        sources: &["src/ffi/types.rs", "result-codes/src/table.rs"],
         guard: "HCCL_TYPES_H_",
         includes: &["stdint.h", "stddef.h", "stdbool.h"],
         trailer: TYPES_TRAILER,
@@ -107,7 +108,7 @@ const HEADERS: &[Header] = &[
     },
     Header {
         file: "hccl_comm.h",
-        source: "src/ffi/comm_api.rs",
+        sources: &["src/ffi/comm_api.rs"],
         guard: "HCCL_COMM_H_",
         includes: &["hccl/hccl_types.h"],
         trailer: COMM_TRAILER,
@@ -115,7 +116,7 @@ const HEADERS: &[Header] = &[
     },
     Header {
         file: "hccl.h",
-        source: "src/ffi/coll_api.rs",
+        sources: &["src/ffi/coll_api.rs"],
         guard: "HCCL_H_",
         includes: &["acl/acl.h", "hccl/hccl_types.h", "hccl/hccl_comm.h"],
         trailer: "",
@@ -132,7 +133,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=HCCL_UPDATE_HEADERS");
     let update = std::env::var("HCCL_UPDATE_HEADERS").is_ok_and(|v| v == "1");
     for h in HEADERS {
-        println!("cargo:rerun-if-changed={}", h.source);
+        for src in h.sources {
+            println!("cargo:rerun-if-changed={src}");
+        }
         let mut cfg = base.clone();
         cfg.include_guard = Some(h.guard.to_string());
         cfg.no_includes = true;
@@ -151,11 +154,13 @@ fn main() {
             cfg.after_includes = Some(h.trailer.to_string());
         }
         cfg.export.include = h.export.iter().map(|s| s.to_string()).collect();
-        let generated = cbindgen::Builder::new()
-            .with_config(cfg)
-            .with_src(root.join(h.source))
+        let mut builder = cbindgen::Builder::new().with_config(cfg);
+        for src in h.sources {
+            builder = builder.with_src(root.join(src));
+        }
+        let generated = builder
             .generate()
-            .unwrap_or_else(|e| panic!("cbindgen failed on {}: {e}", h.source));
+            .unwrap_or_else(|e| panic!("cbindgen failed on {:?}: {e}", h.sources));
         let target = out.join(h.file);
         generated.write_to_file(&target);
         if update {

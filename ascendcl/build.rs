@@ -6,15 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-// The status codes, shared with the library through `include!` (see src/error_codes.rs).
-macro_rules! acl_error_codes {
-    ($( $(#[doc = $doc:literal])* $name:ident = $value:expr; )*) => {
-        const ERROR_CODES: &[(&str, i32, &str)] =
-            &[$((stringify!($name), $value, concat!($($doc,)* ""))),*];
-    };
-}
-include!("src/error_codes.rs");
-
 /// Integer aliases used in Rust signatures and the C enum each stands for in the headers.
 const RAW_ENUMS: &[(&str, &str)] = &[
     ("aclrtMemcpyKindRaw", "aclrtMemcpyKind"),
@@ -58,13 +49,20 @@ fn config(guard: &str, includes: &[&str], after_includes: Option<String>) -> cbi
     c
 }
 
+/// The status codes, from the result-code table: each code, then its aliases.
 fn error_code_block() -> String {
+    use result_codes::{AclCode, ACL_ALIASES};
     let mut s = String::from("\n/* Status codes (aclError values). */\n");
-    for (name, value, doc) in ERROR_CODES {
+    let mut line = |name: &str, value: i32, doc: &str| {
         s.push_str(&format!(
-            "/** {} */\nstatic const int {name} = {value};\n",
-            doc.trim()
+            "/** {doc} */\nstatic const int {name} = {value};\n"
         ));
+    };
+    for code in AclCode::ALL {
+        line(code.name(), code.value(), code.describe());
+        for (alias, _, doc) in ACL_ALIASES.iter().filter(|a| a.1 == code) {
+            line(alias, code.value(), doc);
+        }
     }
     s
 }
@@ -83,7 +81,6 @@ fn generate(out: &Path, file: &str, cfg: cbindgen::Config, srcs: &[&str]) {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/types.rs");
-    println!("cargo:rerun-if-changed=src/error_codes.rs");
     println!("cargo:rerun-if-changed=src/api");
     println!("cargo:rerun-if-env-changed=HCCL_UPDATE_HEADERS");
 

@@ -58,7 +58,7 @@ static void *rank_main(void *p)
 int main(int argc, char **argv)
 {
     void *lib = dlopen("libhccl.so", RTLD_NOW | RTLD_LOCAL);
-    int i, missing = 0;
+    int i, started, missing = 0;
     pthread_t t[2];
     struct rank_arg args[2] = {{0, 0}, {1, 0}};
     get_root_info_fn get_root_info;
@@ -87,11 +87,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "HcclGetRootInfo failed\n");
         return 1;
     }
-    for (i = 0; i < 2; ++i) {
-        pthread_create(&t[i], NULL, rank_main, &args[i]);
+    for (started = 0; started < 2; ++started) {
+        int e = pthread_create(&t[started], NULL, rank_main, &args[started]);
+        if (e != 0) {
+            fprintf(stderr, "pthread_create: %s\n", strerror(e));
+            break;
+        }
     }
-    for (i = 0; i < 2; ++i) {
+    for (i = 0; i < started; ++i) {
         pthread_join(t[i], NULL);
+    }
+    if (started < 2) {
+        return 1;
     }
     if (args[0].bad || args[1].bad) {
         return 1;

@@ -15,6 +15,7 @@ static int run_rank(const HcclRootInfo *root, uint32_t rank)
     int32_t *send = malloc(sizeof(int32_t) * COUNT * NRANKS);
     int32_t *recv = malloc(sizeof(int32_t) * COUNT * NRANKS);
     int i, p;
+    if (send == NULL || recv == NULL) return 10;
     if (HcclCommInitRootInfo(NRANKS, root, rank, &comm) != HCCL_SUCCESS) return 2;
     for (i = 0; i < COUNT; i++) send[i] = (int32_t)(rank * 1000 + i);
     if (HcclAllReduce(send, recv, COUNT, HCCL_DATA_TYPE_INT32, HCCL_REDUCE_SUM, comm, NULL) != HCCL_SUCCESS)
@@ -41,13 +42,24 @@ int main(void)
     pid_t pids[NRANKS];
     int r, failed = 0;
     if (HcclGetRootInfo(&root) != HCCL_SUCCESS) return 1;
-    for (r = 0; r < NRANKS; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) _exit(run_rank(&root, (uint32_t)r));
+    int started;
+    for (started = 0; started < NRANKS; started++) {
+        pids[started] = fork();
+        if (pids[started] < 0) {
+            perror("fork");
+            /* The ranks started fail at the connect timeout without the missing one. */
+            failed = 1;
+            break;
+        }
+        if (pids[started] == 0) _exit(run_rank(&root, (uint32_t)started));
     }
-    for (r = 0; r < NRANKS; r++) {
+    for (r = 0; r < started; r++) {
         int st = 0;
-        waitpid(pids[r], &st, 0);
+        if (waitpid(pids[r], &st, 0) != pids[r]) {
+            perror("waitpid");
+            failed = 1;
+            continue;
+        }
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             fprintf(stderr, "rank %d failed (status %d)\n", r, st);
             failed = 1;

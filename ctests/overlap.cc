@@ -2,8 +2,9 @@
 // Thread per device; each rank times (1) the AllReduce alone (enqueue + aclrtSynchronizeStream),
 // (2) a compute loop calibrated to last about as long, (3) both: enqueue, compute, synchronize.
 // Rank 0 prints the medians of 5 rounds: comm, compute, total, and total against
-// max(compute, comm) and compute + comm. Not run by the test suite (timing); build as
-// cann_threads.cc is built, then: ./overlap [ranks=2] [MiB=64]
+// max(compute, comm) and compute + comm. Every result code and every AllReduce output is checked
+// (the outputs outside the timed spans); the test suite runs it on a small message and asserts
+// nothing about its timings. Build as cann_threads.cc is built, then: ./overlap [ranks=2] [MiB=64]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,14 +39,32 @@ struct Result {
 static HcclRootInfo root;
 static volatile double sink;
 
+// Every element of the AllReduce output is the sum of the ranks' inputs (rank r sends r + 1).
+static bool reduced_right(const void *recv, size_t count, uint32_t n)
+{
+    std::vector<float> host(count, -1.0f);
+    if (aclrtMemcpy(host.data(), count * sizeof(float), recv, count * sizeof(float),
+                    ACL_MEMCPY_DEVICE_TO_HOST) != ACL_SUCCESS)
+        return false;
+    const float want = (float)n * (float)(n + 1) / 2.0f;
+    for (size_t i = 0; i < count; ++i)
+        if (host[i] != want) {
+            std::fprintf(stderr, "AllReduce output[%zu] = %g, want %g\n", i, (double)host[i],
+                         (double)want);
+            return false;
+        }
+    return true;
+}
+
 static int rank_main(uint32_t rank, uint32_t n, size_t count, Result *out)
 {
     if (aclrtSetDevice((int32_t)rank) != ACL_SUCCESS) return 1;
     void *send = nullptr, *recv = nullptr;
     size_t bytes = count * sizeof(float);
+    std::vector<float> input(count, (float)(rank + 1));
     if (aclrtMalloc(&send, bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS ||
         aclrtMalloc(&recv, bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS ||
-        aclrtMemset(send, bytes, 0, bytes) != ACL_SUCCESS)
+        aclrtMemcpy(send, bytes, input.data(), bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS)
         return 1;
     HcclComm comm = nullptr;
     aclrtStream s = nullptr;
@@ -55,18 +74,20 @@ static int rank_main(uint32_t rank, uint32_t n, size_t count, Result *out)
     auto allreduce = [&] {
         return HcclAllReduce(send, recv, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, s);
     };
-    auto sync_ranks = [&] { return HcclBarrier(comm, nullptr); };
-    // Warm-up.
-    if (allreduce() != HCCL_SUCCESS || aclrtSynchronizeStream(s) != ACL_SUCCESS) return 1;
+    auto sync_ranks = [&] { return HcclBarrier(comm, nullptr) == HCCL_SUCCESS; };
+    // Warm-up, checked.
+    if (allreduce() != HCCL_SUCCESS || aclrtSynchronizeStream(s) != ACL_SUCCESS ||
+        !reduced_right(recv, count, n))
+        return 1;
     // Every rank computes for the same number of iterations, calibrated on rank 0 (alone, then
     // with its peers computing too) to last as long as the AllReduce.
     long iters = 1 << 20;
     for (int cal = 0; cal < 3; ++cal) {
-        sync_ranks();
+        if (!sync_ranks()) return 1;
         auto t0 = Clock::now();
         if (allreduce() != HCCL_SUCCESS || aclrtSynchronizeStream(s) != ACL_SUCCESS) return 1;
         double c = secs(t0, Clock::now());
-        sync_ranks();
+        if (!sync_ranks()) return 1;
         t0 = Clock::now();
         sink = compute(iters);
         double w = secs(t0, Clock::now());
@@ -77,20 +98,22 @@ static int rank_main(uint32_t rank, uint32_t n, size_t count, Result *out)
     long my_iters = iters;
     std::vector<double> comm_t, work_t, both_t;
     for (int round = 0; round < 5; ++round) {
-        sync_ranks();
+        if (!sync_ranks()) return 1;
         auto t0 = Clock::now();
         if (allreduce() != HCCL_SUCCESS || aclrtSynchronizeStream(s) != ACL_SUCCESS) return 1;
         comm_t.push_back(secs(t0, Clock::now()));
-        sync_ranks();
+        if (!sync_ranks()) return 1;
         t0 = Clock::now();
         sink = compute(my_iters);
         work_t.push_back(secs(t0, Clock::now()));
-        sync_ranks();
+        if (!sync_ranks()) return 1;
         t0 = Clock::now();
         if (allreduce() != HCCL_SUCCESS) return 1;
         sink = compute(my_iters);
         if (aclrtSynchronizeStream(s) != ACL_SUCCESS) return 1;
         both_t.push_back(secs(t0, Clock::now()));
+        // Overlapped with computation, the result must be just as right (checked untimed).
+        if (!reduced_right(recv, count, n)) return 1;
     }
     auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -115,7 +138,10 @@ int main(int argc, char **argv)
     for (uint32_t r = 0; r < n; ++r)
         threads.emplace_back([&, r] { rc[r] = rank_main(r, n, count, &res[r]); });
     for (auto &t : threads) t.join();
-    aclFinalize();
+    if (aclFinalize() != ACL_SUCCESS) {
+        std::fprintf(stderr, "aclFinalize failed\n");
+        return 1;
+    }
     for (uint32_t r = 0; r < n; ++r)
         if (rc[r] != 0) {
             std::fprintf(stderr, "rank %u failed\n", r);

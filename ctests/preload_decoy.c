@@ -3,6 +3,7 @@
  * precedence and it prints "preload_decoy: ok"; without the preload the decoy fails loudly. */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "hccl/hccl.h"
 
@@ -40,16 +41,21 @@ int main(void)
 {
     pthread_t t[N];
     void *res;
-    size_t r;
+    size_t r, started;
     int bad = 0;
     if (HcclGetRootInfo(&root) != HCCL_SUCCESS) {
         fprintf(stderr, "HcclGetRootInfo failed\n");
         return 1;
     }
-    for (r = 0; r < N; ++r) {
-        pthread_create(&t[r], NULL, rank_main, (void *)r);
+    for (started = 0; started < N; ++started) {
+        int e = pthread_create(&t[started], NULL, rank_main, (void *)started);
+        if (e != 0) {
+            fprintf(stderr, "pthread_create: %s\n", strerror(e));
+            bad = 1;
+            break;
+        }
     }
-    for (r = 0; r < N; ++r) {
+    for (r = 0; r < started; ++r) {
         pthread_join(t[r], &res);
         bad |= res != NULL;
     }

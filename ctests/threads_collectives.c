@@ -40,6 +40,13 @@ static void *rank_main(void *arg)
     float *recv = malloc(sizeof(float) * COUNT * NRANKS);
     int i, p;
 
+    if (send == NULL || recv == NULL) {
+        fprintf(stderr, "rank %u: out of memory\n", rank);
+        g_fail = 1;
+        free(send);
+        free(recv);
+        return NULL;
+    }
     CHECK(HcclCommInitRootInfo(NRANKS, &g_root, rank, &comm));
     CHECK(HcclGetRankSize(comm, &size));
     CHECK(HcclGetRankId(comm, &id));
@@ -86,10 +93,18 @@ static void *rank_main(void *arg)
 int main(void)
 {
     pthread_t t[NRANKS];
-    size_t r;
+    size_t r, started;
     if (HcclGetRootInfo(&g_root) != HCCL_SUCCESS) return 1;
-    for (r = 0; r < NRANKS; r++) pthread_create(&t[r], NULL, rank_main, (void *)r);
-    for (r = 0; r < NRANKS; r++) pthread_join(t[r], NULL);
+    for (started = 0; started < NRANKS; started++) {
+        int e = pthread_create(&t[started], NULL, rank_main, (void *)started);
+        if (e != 0) {
+            fprintf(stderr, "pthread_create: %s\n", strerror(e));
+            /* The ranks started wait for the missing one until the connect timeout. */
+            g_fail = 1;
+            break;
+        }
+    }
+    for (r = 0; r < started; r++) pthread_join(t[r], NULL);
     if (g_fail) return 1;
     printf("threads_collectives: ok\n");
     return 0;

@@ -8,6 +8,8 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 # mpirun alone is not enough: building MPI programs needs the headers of libopenmpi-dev.
 { command -v mpirun && echo "#include <mpi.h>" | mpicc -E - ; } >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# A second, independent PNG inflater for the plot test (zlib is part of CPython).
+python3 -c "import zlib" >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "missing packages: ${need[*]} (run as root or install them)" >&2
@@ -22,3 +24,8 @@ for comp in clippy rustfmt; do
         rustup component add "$comp"
     fi
 done
+# scripts/fuzz.sh (run by scripts/test.sh) needs the nightly toolchain and cargo-fuzz.
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    rustup toolchain install nightly --profile minimal
+fi
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked

@@ -3,7 +3,9 @@
 //! alternately, and the switch that forces the network link instead.
 //!
 //! Each test re-executes this binary once per rank (one rank per process); the children
-//! rendezvous through root infos created by the parent and report failures on stderr.
+//! rendezvous through root infos created by the parent and report failures on stderr. Every
+//! child checks that destroying its communicators closed every descriptor and unmapped every
+//! shared segment they opened (the segments are anonymous memfds, so a leak shows only there).
 
 mod common;
 
@@ -12,7 +14,8 @@ use common::*;
 use hccl::ffi::coll_api::HcclAllReduce;
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
-use std::collections::BTreeSet;
+use hccl::transport::shm::SINGLE_COPY_MIN_PEERS;
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
@@ -25,9 +28,60 @@ const ROOTS_VAR: &str = "HCCL_TEST_SHM_ROOTS";
 const SIZES: [usize; 4] = [0, 7, 4099, 300_000];
 const DTYPES: [u32; 5] = [FP32, INT32, FP16, BF16, INT8];
 
+/// This process's open descriptors: number → what it refers to (the `/proc/self/fd` link).
+fn descriptors() -> BTreeMap<i32, String> {
+    let dir = std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd");
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let fd = e.file_name().to_string_lossy().parse().ok()?;
+            let to = std::fs::read_link(e.path()).ok()?;
+            Some((fd, to.to_string_lossy().into_owned()))
+        })
+        // The directory being listed is itself an open descriptor.
+        .filter(|(_, to)| !to.starts_with("/proc/"))
+        .collect()
+}
+
+/// Mappings of the library's shared segments in this process.
+fn segment_maps() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("/proc/self/maps")
+        .lines()
+        .filter(|l| l.contains("memfd:hccl"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `/proc/self/fd` name of the library's process-wide data listener, if it runs.
+fn acceptor_socket() -> Option<String> {
+    let port = hccl::transport::acceptor::Acceptor::existing()?
+        .addr()
+        .port();
+    ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            // State 0A: listening.
+            let inode = f.get(9)?;
+            (local_port == port && f.get(3) == Some(&"0A")).then(|| format!("socket:[{inode}]"))
+        })
+}
+
+/// Descriptors before this child created its communicators.
+static BEFORE: OnceLock<BTreeMap<i32, String>> = OnceLock::new();
+
 /// This process's rank, rank count and communicators when it is a child of `launch`.
 fn child() -> Option<(u32, u32, Vec<HcclComm>)> {
     let rank: u32 = std::env::var(RANK_VAR).ok()?.parse().unwrap();
+    BEFORE.set(descriptors()).expect("one child per process");
     let n: u32 = std::env::var(SIZE_VAR).unwrap().parse().unwrap();
     let comms = std::env::var(ROOTS_VAR)
         .unwrap()
@@ -44,6 +98,7 @@ fn run_child(rank: u32, n: u32, comms: Vec<HcclComm>, body: fn(&Rank)) {
     for c in comms {
         assert_eq!(unsafe { HcclCommDestroy(c) }, OK, "HcclCommDestroy");
     }
+    assert_released(rank);
     assert!(
         fails.is_empty(),
         "rank {rank}: {} failure(s):\n{}",
@@ -79,6 +134,12 @@ fn spawn(test: &str, n: u32, ncomms: usize, env: &[(&str, &str)]) -> Vec<Spawned
 /// Waits for every child and asserts each passed its test and logged `links` on every
 /// communicator it created (e.g. "2 shm peers").
 fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
+    finish_all_logging(kids, links, None, budget);
+}
+
+/// [`finish_all`], and when `copy` is given, every communicator of every child logged that its
+/// shared-memory links read large messages single-copy (`true`) or staged (`false`).
+fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<bool>, budget: Duration) {
     let deadline = Instant::now() + budget;
     for (rank, k) in kids.into_iter().enumerate() {
         let o = k.finish(
@@ -101,17 +162,41 @@ fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
         for l in ready {
             assert!(l.contains(links), "rank {rank}: expected {links}: {l}");
         }
+        if let Some(on) = copy {
+            let want = format!("single copy {}", if on { "on" } else { "off" });
+            let said: Vec<&str> = o
+                .stderr
+                .lines()
+                .filter(|l| l.contains("single copy"))
+                .collect();
+            assert!(
+                !said.is_empty() && said.iter().all(|l| l.contains(&want)),
+                "rank {rank}: expected {want}: {said:?}"
+            );
+        }
     }
 }
 
-fn dev_shm() -> BTreeSet<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+/// After every communicator of this process is destroyed: no descriptor opened since the
+/// child started is still open, and no shared segment is still mapped.
+fn assert_released(rank: u32) {
+    let before = BEFORE.get().expect("descriptors taken before init");
+    let now = descriptors();
+    // The process-wide data listener outlives communicators by design (one per process).
+    let listener = acceptor_socket();
+    let leaked: Vec<_> = now
+        .iter()
+        .filter(|(fd, to)| before.get(fd) != Some(to) && Some(*to) != listener.as_ref())
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "rank {rank}: descriptors left open after destroy: {leaked:?}"
+    );
+    let maps = segment_maps();
+    assert!(
+        maps.is_empty(),
+        "rank {rank}: shared segments still mapped after destroy: {maps:?}"
+    );
 }
 
 /// The correctness matrix on one rank: every collective over types and sizes.
@@ -160,15 +245,24 @@ fn matrix(r: &Rank) {
     }
 }
 
-fn matrix_test(test: &str, single_copy: &str) {
+/// The matrix on 2 and 4 processes with `HCCL_SHM_SINGLE_COPY` set to `single_copy` (or
+/// unset: single copy only for a rank with two or more shared-memory peers).
+fn matrix_test(test: &str, single_copy: Option<&str>) {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, matrix);
     }
     for n in [2u32, 4] {
-        let kids = spawn(test, n, 1, &[("HCCL_SHM_SINGLE_COPY", single_copy)]);
-        finish_all(
+        let env: Vec<(&str, &str)> = single_copy
+            .map(|v| ("HCCL_SHM_SINGLE_COPY", v))
+            .into_iter()
+            .collect();
+        let kids = spawn(test, n, 1, &env);
+        let peers = (n - 1) as usize;
+        let on = single_copy.map_or(peers >= SINGLE_COPY_MIN_PEERS, |v| v == "1");
+        finish_all_logging(
             kids,
             &format!("(0 memory peers, {} shm peers, 0 network peers)", n - 1),
+            Some(on),
             Duration::from_secs(240),
         );
     }
@@ -176,12 +270,17 @@ fn matrix_test(test: &str, single_copy: &str) {
 
 #[test]
 fn shm_matrix_single_copy() {
-    matrix_test("shm_matrix_single_copy", "1");
+    matrix_test("shm_matrix_single_copy", Some("1"));
 }
 
 #[test]
 fn shm_matrix_staged_only() {
-    matrix_test("shm_matrix_staged_only", "0");
+    matrix_test("shm_matrix_staged_only", Some("0"));
+}
+
+#[test]
+fn shm_matrix_default_copy_policy() {
+    matrix_test("shm_matrix_default_copy_policy", None);
 }
 
 /// Every communicator this child created, in root-list order (set once per child).
@@ -287,7 +386,6 @@ fn shm_rank_killed_mid_operation() {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, kill_body);
     }
-    let before = dev_shm();
     let mut kids = spawn(
         "shm_rank_killed_mid_operation",
         3,
@@ -328,6 +426,4 @@ fn shm_rank_killed_mid_operation() {
             tail(&o.stderr, 3000)
         );
     }
-    let leftovers: Vec<String> = dev_shm().difference(&before).cloned().collect();
-    assert!(leftovers.is_empty(), "left in /dev/shm: {leftovers:?}");
 }

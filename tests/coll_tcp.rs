@@ -278,7 +278,11 @@ fn multi_process_three_ranks() {
             .env("HCCL_TEST_MP_RANK", rank.to_string())
             .env("HCCL_TEST_ROOT_INFO", &hex)
             .env("HCCL_EXEC_TIMEOUT", "60")
-            .env("HCCL_CONNECT_TIMEOUT", "60");
+            .env("HCCL_CONNECT_TIMEOUT", "60")
+            // Processes of one host would use shared memory: force the network link, and
+            // log the links at INFO so the test can see which were used.
+            .env("HCCL_INTRA_ROCE_ENABLE", "1")
+            .env("ASCEND_GLOBAL_LOG_LEVEL", "1");
             spawn_piped(c)
         })
         .collect();
@@ -300,6 +304,15 @@ fn multi_process_three_ranks() {
             o.code,
             o.stdout,
             tail(&o.stderr, 5000)
+        );
+        let links = format!(
+            "(0 memory peers, 0 shm peers, {} network peers)",
+            MP_RANKS - 1
+        );
+        assert!(
+            o.stderr.contains(&links),
+            "rank {rank} did not run over TCP only ({links}):\n{}",
+            tail(&o.stderr, 3000)
         );
     }
 }

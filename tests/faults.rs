@@ -456,10 +456,10 @@ fn bad_arguments_leave_comm_usable() {
 fn unknown_and_destroyed_handles() {
     unsafe {
         let fake = 0x1234_5678usize as HcclComm;
-        assert_ne!(HcclCommDestroy(fake), HCCL_SUCCESS);
+        assert_eq!(HcclCommDestroy(fake), HCCL_E_PARA);
         let b = [0f32; 4];
         let mut o = [0f32; 4];
-        assert_ne!(
+        assert_eq!(
             HcclAllReduce(
                 b.as_ptr() as *mut _,
                 o.as_mut_ptr() as *mut _,
@@ -469,19 +469,15 @@ fn unknown_and_destroyed_handles() {
                 fake,
                 null_mut()
             ),
-            HCCL_SUCCESS
+            HCCL_E_PARA
         );
         let ri = root_info();
         let c = init_rank(1, &ri, 0);
         assert_eq!(HcclCommDestroy(c), HCCL_SUCCESS);
-        assert_ne!(HcclCommDestroy(c), HCCL_SUCCESS, "double destroy");
+        assert_eq!(HcclCommDestroy(c), HCCL_E_PARA, "double destroy");
         let mut v = 0;
-        assert_ne!(
-            HcclGetRankSize(c, &mut v),
-            HCCL_SUCCESS,
-            "use after destroy"
-        );
-        assert_ne!(
+        assert_eq!(HcclGetRankSize(c, &mut v), HCCL_E_PARA, "use after destroy");
+        assert_eq!(
             HcclAllReduce(
                 b.as_ptr() as *mut _,
                 o.as_mut_ptr() as *mut _,
@@ -491,7 +487,7 @@ fn unknown_and_destroyed_handles() {
                 c,
                 null_mut()
             ),
-            HCCL_SUCCESS,
+            HCCL_E_PARA,
             "collective after destroy"
         );
     }
@@ -564,11 +560,12 @@ fn init_parameter_errors() {
 /// nRanks = 3 but only 2 ranks arrive: both get HCCL_E_TIMEOUT after the connect timeout.
 #[test]
 fn missing_rank_times_out() {
+    const CONNECT_S: u64 = 2;
     if !is_child() {
         run_self(
             "missing_rank_times_out",
-            &[("HCCL_CONNECT_TIMEOUT", "2")],
-            Duration::from_secs(60),
+            &[("HCCL_CONNECT_TIMEOUT", &CONNECT_S.to_string())],
+            Duration::from_secs(120),
         );
         return;
     }
@@ -586,15 +583,22 @@ fn missing_rank_times_out() {
     for h in hs {
         let (res, el) = h.join().unwrap();
         assert_eq!(res, HCCL_E_TIMEOUT);
+        // Not before the configured timeout, and long before the 120 s default, which would
+        // mean the variable was ignored; the upper bound leaves a loaded machine 15×.
         assert!(
-            el >= Duration::from_millis(1500) && el < Duration::from_secs(20),
-            "timed out after {el:?}"
+            el >= Duration::from_secs(CONNECT_S) * 3 / 4
+                && el < Duration::from_secs(CONNECT_S * 15),
+            "timed out after {el:?} with HCCL_CONNECT_TIMEOUT={CONNECT_S}"
         );
     }
 }
 
 // ------------------------------------------------------------------------------------------
 // A peer process killed during collectives.
+
+/// `HCCL_EXEC_TIMEOUT` of the ranks of [`killed_peer_process`]. Survivors must notice within a
+/// bound derived from it: 10× leaves a loaded machine room and is far below the 1836 s default.
+const KILL_EXEC_S: u64 = 3;
 
 #[test]
 fn killed_peer_process() {
@@ -645,7 +649,7 @@ fn killed_peer_process() {
             ])
             .env("HCCL_TEST_KILL_RANK", rank.to_string())
             .env("HCCL_TEST_ROOT_INFO", &hex)
-            .env("HCCL_EXEC_TIMEOUT", "3")
+            .env("HCCL_EXEC_TIMEOUT", KILL_EXEC_S.to_string())
             .env("HCCL_CONNECT_TIMEOUT", "60");
             spawn_piped(c)
         })
@@ -680,7 +684,10 @@ fn killed_peer_process() {
     let _ = victim.child.wait();
     // Survivors: exec timeout 3 s + slack.
     for (k, kid) in kids.into_iter().enumerate() {
-        let out = kid.finish(Duration::from_secs(30), std::mem::take(&mut seen[k]));
+        let out = kid.finish(
+            Duration::from_secs(KILL_EXEC_S * 20),
+            std::mem::take(&mut seen[k]),
+        );
         let el = killed_at.elapsed();
         assert!(
             out.success,
@@ -694,14 +701,20 @@ fn killed_peer_process() {
             .lines()
             .find_map(|l| l.split("OPFAILED ").nth(1))
             .unwrap_or_else(|| panic!("survivor {k} reported no failure:\n{}", out.stdout));
-        assert_ne!(code, "0");
+        // A peer process that vanished is a remote failure (HCCL_E_REMOTE), on every survivor.
+        assert_eq!(
+            code,
+            (HCCL_E_REMOTE as u32).to_string(),
+            "survivor {k}: {}",
+            out.stdout
+        );
         assert!(
             out.stdout.contains("DESTROY 0"),
             "survivor {k}: destroy failed:\n{}",
             out.stdout
         );
         assert!(
-            el < Duration::from_secs(3 + 12),
+            el < Duration::from_secs(KILL_EXEC_S * 10),
             "survivor {k} took {el:?} to notice"
         );
     }
@@ -824,9 +837,9 @@ fn init_root_info_config_names_and_lookup() {
                 );
                 assert_eq!(found, c, "lookup by name from the creating thread");
                 let missing = CString::new("no_such_comm_xyz").unwrap();
-                assert_ne!(
+                assert_eq!(
                     HcclCommGetHandleWithName(missing.as_ptr(), &mut found),
-                    HCCL_SUCCESS
+                    HCCL_E_NOT_FOUND
                 );
                 let (mut sz, mut id) = (0, 0);
                 assert_eq!(HcclGetRankSize(c, &mut sz), HCCL_SUCCESS);
@@ -1092,7 +1105,7 @@ fn cluster_info_rank_table() {
     for x in res {
         x.expect("rank thread");
     }
-    assert_ne!(r, HCCL_SUCCESS, "missing rank table file");
+    assert_eq!(r, HCCL_E_OPEN_FILE_FAILURE, "missing rank table file");
 }
 
 /// A batch whose self-send/self-receive items do not pair up is refused before anything is

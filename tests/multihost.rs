@@ -4,7 +4,8 @@
 //! more ranks as threads; ranks of different hosts talk only over those addresses.
 //!
 //! The tests need root and iproute2 (CI has both via scripts/setup.sh). Without them each test
-//! prints why it is skipped; with them any failure to build the test bed fails the test.
+//! prints `SKIPPED <test>: <why>` where `cargo test` shows it, and under CI (`CI=true`) fails;
+//! with them any failure to build the test bed fails the test.
 
 mod common;
 
@@ -84,12 +85,12 @@ fn script() -> PathBuf {
 fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: multi-host tests need root for network namespaces");
+        skip::skip_unless_ci("multi-host tests need root for network namespaces");
         return None;
     }
     let probe = Command::new("ip").args(["netns", "list"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        println!("SKIPPED: `ip netns` is unavailable (install iproute2)");
+        skip::skip_unless_ci("`ip netns` is unavailable (install iproute2)");
         return None;
     }
     let out = Command::new(script())
@@ -765,9 +766,12 @@ fn fault_case(test: &str, hosts: usize, victim: u32, fault: impl FnOnce(&Bed)) {
             0,
             "host {h}: destroy after the failure: {line}"
         );
+        // The survivor must have honoured HCCL_EXEC_TIMEOUT rather than waited for the
+        // 1836 s default: the bound leaves room for a loaded 2-core machine (twice the
+        // timeout plus 5 s) and is still far below the default.
         let took = field("t_ms") - fault_at as i128;
         assert!(
-            took <= (FAULT_TIMEOUT_S * 1000 + 1500) as i128,
+            took <= (FAULT_TIMEOUT_S * 2000 + 5000) as i128,
             "host {h}: error {took} ms after the fault, exec timeout {FAULT_TIMEOUT_S} s"
         );
         // The unreachable peer: the victim, or for the victim's own survivor process (a link

@@ -14,7 +14,7 @@ use std::os::raw::c_char;
 use std::ptr::null_mut;
 use std::sync::mpsc;
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ascendcl as acl;
 use common::*;
@@ -291,13 +291,31 @@ fn failure_on_a_stream_surfaces_from_synchronize_and_async_error() {
     let s = dev.streams[0];
     let input = vec![3.0f32; N];
     let mut out = vec![0.0f32; N];
+    let gate = Gate::new();
+    gate.hold(s);
     copy_async(dev.bufs[0], input.as_ptr().cast(), N * 4, H2D, s);
-    let t0 = Instant::now();
-    let rc = unsafe { HcclAllReduce(dev.bufs[0], dev.bufs[1], N as u64, FP32, SUM, c, s) };
+    // The gate holds the stream until the call has returned, so a call that waited for its op
+    // could never return: a watchdog then opens the gate after 30 s and the test fails.
+    let (returned, seen) = mpsc::channel::<()>();
+    let (rc, waited, early) = std::thread::scope(|sc| {
+        let g = &gate;
+        let watchdog = sc.spawn(move || {
+            let late = seen.recv_timeout(Duration::from_secs(30)).is_err();
+            g.open();
+            late
+        });
+        let rc = unsafe { HcclAllReduce(dev.bufs[0], dev.bufs[1], N as u64, FP32, SUM, c, s) };
+        // Still held: the op cannot have run, let alone failed.
+        let mut e = HCCL_E_INTERNAL;
+        assert_eq!(unsafe { HcclGetCommAsyncError(c, &mut e) }, HCCL_SUCCESS);
+        returned.send(()).unwrap();
+        (rc, watchdog.join().unwrap(), e)
+    });
+    assert!(!waited, "the call waited for the op on its stream");
     assert_eq!(rc, HCCL_SUCCESS, "queued");
-    assert!(
-        t0.elapsed() < Duration::from_millis(900),
-        "the call waited for the op"
+    assert_eq!(
+        early, HCCL_SUCCESS,
+        "the op ran before the stream reached it"
     );
     // Work queued after the failing op still runs, in order.
     copy_async(out.as_mut_ptr().cast(), dev.bufs[0], N * 4, D2H, s);

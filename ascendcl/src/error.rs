@@ -52,7 +52,10 @@ impl Drop for ApiScope {
 /// Logs `msg` once at error level, stores it as this thread's recent error and returns the error.
 pub fn fail(code: aclError, msg: impl Display) -> AclErr {
     let api = CURRENT_API.with(|c| c.get());
-    let text = format!("{api}: {msg} (error {code})");
+    let text = match result_codes::AclCode::from_raw(code) {
+        Some(c) => format!("{api}: {msg} (error {code} {})", c.name()),
+        None => format!("{api}: {msg} (error {code})"),
+    };
     log::error!("{text}");
     // Interior NULs cannot appear in our own messages, but never panic on them.
     let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
@@ -81,8 +84,14 @@ mod tests {
         assert_eq!(e.code(), 7);
         let p = take_recent_message();
         assert!(!p.is_null());
+        // SAFETY: a non-NULL message stays valid until the next call on this thread.
         let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
         assert!(s.contains("boom") && s.contains("error 7"), "{s}");
         assert!(take_recent_message().is_null());
+        fail(crate::codes::ACL_ERROR_INVALID_PARAM, "bad");
+        // SAFETY: the message pointer stays valid until the next call on this thread.
+        let s = unsafe { std::ffi::CStr::from_ptr(take_recent_message()) };
+        let s = s.to_str().unwrap();
+        assert!(s.ends_with("(error 100000 ACL_ERROR_INVALID_PARAM)"), "{s}");
     }
 }

@@ -10,6 +10,8 @@
 //!   read by `aclInit`, which fails with `ACL_ERROR_INVALID_PARAM` when it is malformed.
 //! * `ASCEND_GLOBAL_LOG_LEVEL` — 0 debug, 1 info, 2 warning, 3 error (default), 4 off.
 
+// Every unsafe operation sits in an `unsafe {}` block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 // Every entry point is an `unsafe extern "C" fn` whose safety contract is the C API contract
 // documented on it (valid pointers as described); a separate `# Safety` section would repeat it.
@@ -35,14 +37,9 @@ pub mod types;
 pub use api::*;
 pub use types::*;
 
-macro_rules! acl_error_codes {
-    ($( $(#[doc = $doc:literal])* $name:ident = $value:expr; )*) => {
-        /// AscendCL status codes (also emitted as `static const int` in `acl_base.h`).
-        pub mod codes {
-            use crate::types::aclError;
-            $( $(#[doc = $doc])* pub const $name: aclError = $value; )*
-        }
-    };
+/// AscendCL status codes (`aclError` values), from the result-code table shared with libhccl
+/// (also the `static const int` lines of `acl_base.h`).
+pub mod codes {
+    pub use result_codes::acl::*;
 }
-include!("error_codes.rs");
 pub use codes::*;

@@ -138,32 +138,113 @@ typedef enum HcclReduceOp {
  Result code of every HCCL call.
  */
 typedef enum HcclResult {
+    /*
+     success
+     */
     HCCL_SUCCESS = 0,
+    /*
+     parameter error
+     */
     HCCL_E_PARA = 1,
+    /*
+     empty pointer
+     */
     HCCL_E_PTR = 2,
+    /*
+     memory error
+     */
     HCCL_E_MEMORY = 3,
+    /*
+     internal error
+     */
     HCCL_E_INTERNAL = 4,
+    /*
+     not supported
+     */
     HCCL_E_NOT_SUPPORT = 5,
+    /*
+     resource not found
+     */
     HCCL_E_NOT_FOUND = 6,
+    /*
+     resource unavailable
+     */
     HCCL_E_UNAVAIL = 7,
+    /*
+     system call error
+     */
     HCCL_E_SYSCALL = 8,
+    /*
+     timeout
+     */
     HCCL_E_TIMEOUT = 9,
+    /*
+     open file failure
+     */
     HCCL_E_OPEN_FILE_FAILURE = 10,
+    /*
+     tcp connect failure
+     */
     HCCL_E_TCP_CONNECT = 11,
+    /*
+     roce connect failure
+     */
     HCCL_E_ROCE_CONNECT = 12,
+    /*
+     tcp transfer failure
+     */
     HCCL_E_TCP_TRANSFER = 13,
+    /*
+     roce transfer failure
+     */
     HCCL_E_ROCE_TRANSFER = 14,
+    /*
+     runtime error
+     */
     HCCL_E_RUNTIME = 15,
+    /*
+     driver error
+     */
     HCCL_E_DRV = 16,
+    /*
+     profiling error
+     */
     HCCL_E_PROFILING = 17,
+    /*
+     cce error
+     */
     HCCL_E_CCE = 18,
+    /*
+     network error
+     */
     HCCL_E_NETWORK = 19,
+    /*
+     try again
+     */
     HCCL_E_AGAIN = 20,
+    /*
+     error on a remote rank
+     */
     HCCL_E_REMOTE = 21,
+    /*
+     communicator suspending
+     */
     HCCL_E_SUSPENDING = 22,
+    /*
+     operation retry failed
+     */
     HCCL_E_OPRETRY_FAIL = 23,
+    /*
+     out of memory
+     */
     HCCL_E_OOM = 24,
+    /*
+     error in communicator status
+     */
     HCCL_E_IN_STATUS = 1041,
+    /*
+     reserved: not a result code
+     */
     HCCL_E_RESERVED = 1042,
 } HcclResult;
 

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::base::error::Result;
+use crate::base::limits::{self, MAX_RANKS};
 
 /// `HCCL_DETERMINISTIC`: whether reductions must be reproducible run to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -230,10 +231,11 @@ pub struct EnvConfig {
     /// ranks share a host whatever the real layout — e.g. to run two-level algorithms on rank
     /// threads of one process. Applied to communicators whose size equals the list length.
     pub rank_host_map: Option<Vec<String>>,
-    /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): let the shared-memory link copy large
+    /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): whether the shared-memory link copies large
     /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
-    /// through the staging rings. Default `true`.
-    pub shm_single_copy: bool,
+    /// through the staging rings. Unset (`None`): the link decides by the number of peers (see
+    /// `transport::shm::single_copy_wanted`).
+    pub shm_single_copy: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).
     pub cost_model: Option<String>,
@@ -625,8 +627,33 @@ impl<F: Fn(&str) -> Option<String>> Reader<F> {
 impl EnvConfig {
     /// Parses the configuration from any lookup function: tests pass a map, production passes
     /// the process environment. Returns the first malformed variable as an
-    /// [`ErrorKind::Para`](crate::base::error::ErrorKind::Para) error.
+    /// [`ErrorKind::Para`](crate::base::error::ErrorKind::Para) error; a value longer than its
+    /// bound ([`limits::env_value_bytes`]) is that error whatever else is wrong.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
+        let too_long = std::cell::RefCell::new(None);
+        let bounded = |var: &str| {
+            let v = get(var)?;
+            let max = limits::env_value_bytes(var);
+            if v.len() > max {
+                too_long.borrow_mut().get_or_insert_with(|| {
+                    crate::err!(
+                        Para,
+                        "{var} is {} bytes long; at most {max} are accepted",
+                        v.len()
+                    )
+                });
+                return None;
+            }
+            Some(v)
+        };
+        let parsed = EnvConfig::parse(bounded);
+        match too_long.into_inner() {
+            Some(e) => Err(e),
+            None => parsed,
+        }
+    }
+
+    fn parse(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig> {
         let mut r = Reader {
             get,
             warnings: Vec::new(),
@@ -672,6 +699,14 @@ impl EnvConfig {
             None => None,
             Some(v) => {
                 let labels: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
+                if labels.len() > MAX_RANKS as usize {
+                    crate::bail!(
+                        Para,
+                        "HCCL_RANK_HOST_MAP has {} labels; a communicator has at most {MAX_RANKS} \
+                         ranks",
+                        labels.len()
+                    );
+                }
                 if labels.iter().any(String::is_empty) {
                     crate::bail!(
                         Para,
@@ -682,7 +717,7 @@ impl EnvConfig {
                 Some(labels)
             }
         };
-        let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?.unwrap_or(true);
+        let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
         let topology_file = r.raw("HCCL_TOPOLOGY_FILE").map(PathBuf::from);
@@ -805,8 +840,15 @@ mod tests {
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
         assert_eq!(c.host_id, None);
-        assert!(c.shm_single_copy);
-        assert!(!ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy);
+        assert_eq!(c.shm_single_copy, None);
+        assert_eq!(
+            ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy,
+            Some(false)
+        );
+        assert_eq!(
+            ok(&[("HCCL_SHM_SINGLE_COPY", "1")]).shm_single_copy,
+            Some(true)
+        );
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 

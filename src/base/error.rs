@@ -5,48 +5,9 @@
 
 use std::fmt;
 
-/// Error category; discriminants are the `HcclResult` codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ErrorKind {
-    /// Invalid argument (bad enum, rank out of range, overflow, malformed config).
-    Para = 1,
-    /// Null pointer where one is required.
-    Ptr = 2,
-    /// Allocation failed.
-    Memory = 3,
-    /// Internal invariant broken (including caught panics).
-    Internal = 4,
-    /// Feature that needs NPU hardware or is not implemented for this type/op.
-    NotSupport = 5,
-    /// Named object not found.
-    NotFound = 6,
-    /// Resource unavailable (communicator busy, destroyed, broken).
-    Unavail = 7,
-    /// A system call failed.
-    Syscall = 8,
-    /// A wait ran past its deadline.
-    Timeout = 9,
-    /// A file could not be opened.
-    OpenFile = 10,
-    /// A TCP connection could not be established.
-    TcpConnect = 11,
-    /// Transfer over TCP failed (peer reset, closed).
-    TcpTransfer = 13,
-    /// The runtime (streams) reported a failure.
-    Runtime = 15,
-    /// Network setup failed (no usable interface, bind failure).
-    Network = 19,
-    /// A remote rank reported an error.
-    Remote = 21,
-}
-
-impl ErrorKind {
-    /// The `HcclResult` code for this kind.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-}
+/// Error category: one per error code of `HcclResult`, with the same value (generated from the
+/// result-code table, so kinds, codes and their descriptions cannot drift apart).
+pub use result_codes::ErrorKind;
 
 /// An error with its context already rendered into the message.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,6 +12,9 @@
 //! terminal easy to grep and attribute. The level comes from the environment (see
 //! [`EnvConfig::log_level`](crate::base::env::EnvConfig::log_level)), not from `RUST_LOG`.
 //!
+//! With `HCCL_ENTRY_LOG_ENABLE=1` the API entry lines (target [`ENTRY_LOG_TARGET`]) are let
+//! through at INFO whatever the level, since the user asked for exactly those lines.
+//!
 //! We are a library loaded into someone else's process: if the host program already installed a
 //! `log` logger, ours is silently not installed and records go to the host's logger instead.
 
@@ -21,13 +24,17 @@ use std::sync::Once;
 
 use crate::base::env::EnvConfig;
 
-/// Installs the library's stderr logger at `level`, once per process. Later calls do nothing,
-/// and an already-installed logger (from the host program) is left in place; never panics.
-pub fn init(level: log::LevelFilter) {
+/// Log target of the API entry lines (`HCCL_ENTRY_LOG_ENABLE=1`).
+pub const ENTRY_LOG_TARGET: &str = "hccl_entry";
+
+/// Installs the library's stderr logger at `level` (plus the API entry lines when `entry_log`),
+/// once per process. Later calls do nothing, and an already-installed logger (from the host
+/// program) is left in place; never panics.
+pub fn init(level: log::LevelFilter, entry_log: bool) {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         // try_init fails only if another logger is installed; that one is the host's choice.
-        let _ = builder(level).try_init();
+        let _ = builder(level, entry_log).try_init();
     });
 }
 
@@ -41,10 +48,10 @@ pub fn init_from_env() {
         return;
     }
     let cfg = EnvConfig::global();
-    init(
-        cfg.as_ref()
-            .map_or(log::LevelFilter::Error, |c| c.log_level),
-    );
+    let (level, entry_log) = cfg.as_ref().map_or((log::LevelFilter::Error, false), |c| {
+        (c.log_level, c.entry_log)
+    });
+    init(level, entry_log);
     // Warnings are reported after init so they reach the logger; Once keeps them from repeating
     // when several entry points call this.
     REPORT.call_once(|| match &cfg {
@@ -54,21 +61,23 @@ pub fn init_from_env() {
 }
 
 /// The configured `env_logger` builder; separate from [`init`] so tests can redirect it.
-fn builder(level: log::LevelFilter) -> env_logger::Builder {
+fn builder(level: log::LevelFilter, entry_log: bool) -> env_logger::Builder {
     let mut b = env_logger::Builder::new();
-    b.filter_level(level)
-        .target(env_logger::Target::Stderr)
-        .format(|buf, record| {
-            let ts = buf.timestamp_micros();
-            write_line(
-                buf,
-                record.level(),
-                std::process::id(),
-                current_tid(),
-                &ts,
-                record.args(),
-            )
-        });
+    b.filter_level(level);
+    if entry_log {
+        b.filter_module(ENTRY_LOG_TARGET, level.max(log::LevelFilter::Info));
+    }
+    b.target(env_logger::Target::Stderr).format(|buf, record| {
+        let ts = buf.timestamp_micros();
+        write_line(
+            buf,
+            record.level(),
+            std::process::id(),
+            current_tid(),
+            &ts,
+            record.args(),
+        )
+    });
     b
 }
 
@@ -141,7 +150,7 @@ mod tests {
     fn builder_formats_and_filters() {
         use log::Log;
         let sink = Sink::default();
-        let logger = builder(log::LevelFilter::Info)
+        let logger = builder(log::LevelFilter::Info, false)
             .target(env_logger::Target::Pipe(Box::new(sink.clone())))
             .build();
         let rec = |level, msg: &str| {
@@ -169,6 +178,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn entry_lines_pass_whatever_the_level() {
+        use log::Log;
+        for (level, entry_log, want) in [
+            (log::LevelFilter::Error, true, "entry kept"),
+            (log::LevelFilter::Off, true, "entry kept"),
+            (log::LevelFilter::Error, false, ""),
+        ] {
+            let sink = Sink::default();
+            let logger = builder(level, entry_log)
+                .target(env_logger::Target::Pipe(Box::new(sink.clone())))
+                .build();
+            for (target, msg) in [(ENTRY_LOG_TARGET, "entry kept"), ("hccl::comm", "other")] {
+                logger.log(
+                    &log::Record::builder()
+                        .level(log::Level::Info)
+                        .target(target)
+                        .args(format_args!("{msg}"))
+                        .build(),
+                );
+            }
+            logger.flush();
+            let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            let lines = text.lines().count();
+            assert_eq!(
+                lines,
+                usize::from(!want.is_empty()),
+                "{level} {entry_log}: {text:?}"
+            );
+            assert!(text.contains(want) && !text.contains("other"), "{text:?}");
+        }
+    }
+
     /// A stand-in for a logger installed by the host program.
     struct HostLogger(Mutex<Vec<String>>);
 
@@ -184,27 +226,65 @@ mod tests {
 
     static HOST: HostLogger = HostLogger(Mutex::new(Vec::new()));
 
-    // The only test here that touches the process-wide logger, so the test order cannot matter.
+    /// Runs `test` (one of the ignored tests below) alone in a fresh copy of this test binary,
+    /// where nothing has installed a logger yet, whatever the other tests of this process did.
+    fn in_fresh_process(test: &str) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--ignored", "--test-threads=1"])
+            .env_remove("HCCL_LOG_LEVEL")
+            .env_remove("ASCEND_GLOBAL_LOG_LEVEL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{test}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
-    fn init_keeps_host_logger_and_is_idempotent() {
-        // If something else in the test binary installed a logger first, we can still check
-        // that init never panics; the host-logger assertion needs ours to be first.
-        let host_installed = log::set_logger(&HOST).is_ok();
-        if host_installed {
-            log::set_max_level(log::LevelFilter::Trace);
-        }
-        init(log::LevelFilter::Debug);
-        init(log::LevelFilter::Off);
+    fn init_keeps_host_logger() {
+        in_fresh_process("base::logging::tests::host_logger_in_fresh_process");
+    }
+
+    #[test]
+    fn init_is_once() {
+        in_fresh_process("base::logging::tests::init_once_in_fresh_process");
+    }
+
+    #[test]
+    #[ignore = "needs a process without a logger; run by init_keeps_host_logger"]
+    fn host_logger_in_fresh_process() {
+        log::set_logger(&HOST).expect("no logger installed yet in a fresh process");
+        log::set_max_level(log::LevelFilter::Trace);
+        init(log::LevelFilter::Debug, false);
         init_from_env();
+        log::error!("still the host's");
+        assert!(HOST
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|m| m == "still the host's"));
+        // Ours stayed out: the host's level is untouched.
+        assert_eq!(log::max_level(), log::LevelFilter::Trace);
+    }
+
+    #[test]
+    #[ignore = "needs a process without a logger; run by init_is_once"]
+    fn init_once_in_fresh_process() {
+        init(log::LevelFilter::Info, false);
+        assert_eq!(log::max_level(), log::LevelFilter::Info);
+        init(log::LevelFilter::Off, false);
+        init(log::LevelFilter::Trace, true);
         init_from_env();
-        if host_installed {
-            log::error!("still the host's");
-            assert!(HOST
-                .0
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|m| m == "still the host's"));
-        }
+        assert_eq!(
+            log::max_level(),
+            log::LevelFilter::Info,
+            "a later init changed the level"
+        );
+        // Ours is installed: a host logger can no longer be.
+        assert!(log::set_logger(&HOST).is_err());
     }
 }

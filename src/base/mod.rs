@@ -7,4 +7,5 @@ pub mod error;
 pub mod json;
 pub mod limits;
 pub mod logging;
+pub mod strict_json;
 pub mod topology;

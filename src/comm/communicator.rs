@@ -357,6 +357,15 @@ impl Communicator {
             .unwrap_or_else(|| algo::select::choose_with(coll, &self.ctx(elem), &model))
     }
 
+    /// The schedules (their algorithms' names, one per segment) that executing `coll` on
+    /// elements of `elem` bytes runs, once it has been executed: read from the plan that
+    /// [`execute`](Self::execute) reuses, so it names what actually ran, fallbacks included.
+    pub fn schedules_run(&self, coll: &Coll, elem: usize) -> Option<Vec<&'static str>> {
+        let inner = self.inner.lock();
+        let plan = inner.plans.get(&(coll.clone(), elem))?;
+        Some(plan.iter().map(|p| p.sched.algo).collect())
+    }
+
     /// The link costs the selector uses.
     pub fn cost_model(&self) -> CostModel {
         self.inner.lock().model
@@ -432,9 +441,16 @@ impl Communicator {
             if !local.is_empty() {
                 let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
                 let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
+                let single_copy =
+                    crate::transport::shm::single_copy_wanted(cfg.env.shm_single_copy, local.len());
+                log::info!(
+                    "comm {name}: rank {rank}: {} shared-memory peer(s), single copy {}",
+                    local.len(),
+                    if single_copy { "on" } else { "off" }
+                );
                 let opts = crate::transport::shm::ShmOptions {
                     budget: cfg.buffer_bytes,
-                    single_copy: cfg.env.shm_single_copy,
+                    single_copy,
                     crowded: on_host > cores,
                 };
                 for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {

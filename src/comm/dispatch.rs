@@ -182,12 +182,61 @@ fn run_in_turn(comm: &Communicator, args: &OpArgs, order: &Order, ticket: u64) -
     comm.execute(args)
 }
 
-/// An operation queued on a stream; owned by the stream task once queued.
-struct Job {
+/// An operation whose place in its communicator's order was taken when it was issued; it runs
+/// later, on whichever thread calls [`Issued::run`] (a stream worker, a queue worker, or the
+/// issuer itself). Dropped without running, it gives its turn up so later operations do not
+/// wait for it.
+pub struct Issued {
     comm: Arc<Communicator>,
     args: OpArgs,
     order: Arc<Order>,
     ticket: u64,
+    ran: bool,
+}
+
+/// Takes `args`'s place in `comm`'s order now, to run later with [`Issued::run`].
+pub fn issue(comm: Arc<Communicator>, args: OpArgs) -> Issued {
+    let order = order_of(&comm);
+    let ticket = order.take();
+    Issued {
+        comm,
+        args,
+        order,
+        ticket,
+        ran: false,
+    }
+}
+
+impl Issued {
+    /// Runs the operation once every operation issued before it on its communicator has
+    /// finished (or the execution timeout has passed waiting for them).
+    pub fn run(mut self) -> Result<()> {
+        self.ran = true;
+        run_in_turn(&self.comm, &self.args, &self.order, self.ticket)
+    }
+
+    /// The operation.
+    pub fn args(&self) -> &OpArgs {
+        &self.args
+    }
+
+    /// Its communicator.
+    pub fn comm(&self) -> &Arc<Communicator> {
+        &self.comm
+    }
+}
+
+impl Drop for Issued {
+    fn drop(&mut self) {
+        if !self.ran {
+            self.order.finish(self.ticket);
+        }
+    }
+}
+
+/// An operation queued on a stream; owned by the stream task once queued.
+struct Job {
+    op: Issued,
     stream: usize,
 }
 
@@ -199,22 +248,23 @@ fn enqueue(
     order: Arc<Order>,
 ) -> Result<()> {
     let ticket = order.take();
-    let job = Box::into_raw(Box::new(Job {
+    let op = Issued {
         comm,
         args,
         order,
         ticket,
-        stream,
-    }));
+        ran: false,
+    };
+    let job = Box::into_raw(Box::new(Job { op, stream }));
     // SAFETY: `run_job` matches the task signature and takes ownership of `job` when it runs;
     // the runtime either queues the task (and runs it exactly once) or refuses it.
     let rc = unsafe { (rt.enqueue)(stream as *mut c_void, Some(run_job), job as *mut c_void) };
     if rc == 0 {
         return Ok(());
     }
-    // SAFETY: refused, so the task will never run and the job is still ours.
+    // SAFETY: refused, so the task will never run and the job is still ours (dropping its
+    // operation unrun gives its turn up).
     let job = unsafe { Box::from_raw(job) };
-    job.order.finish(job.ticket);
     let kind = match rc {
         ACL_ERROR_INVALID_PARAM | ACL_ERROR_INVALID_RESOURCE_HANDLE => ErrorKind::Para,
         _ => ErrorKind::Runtime,
@@ -224,37 +274,40 @@ fn enqueue(
         format!(
             "comm {} rank {} {}: cannot queue on stream {stream:#x}: the ACL runtime answered \
              {rc} (unknown or destroyed stream, or runtime not initialised)",
-            job.comm.name(),
-            job.comm.rank(),
-            job.args.name
+            job.op.comm.name(),
+            job.op.comm.rank(),
+            job.op.args.name
         ),
     ))
+}
+
+/// The error for an operation `name` whose run panicked with `payload`.
+pub(crate) fn panicked(name: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    Error::new(
+        ErrorKind::Internal,
+        format!("panic while running {name}: {what}"),
+    )
 }
 
 /// The stream task: runs one queued operation; nonzero (the HcclResult) fails the stream.
 unsafe extern "C" fn run_job(arg: *mut c_void) -> i32 {
     // SAFETY: `arg` is the job `enqueue` leaked for exactly this one call.
     let job = unsafe { Box::from_raw(arg as *mut Job) };
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        run_in_turn(&job.comm, &job.args, &job.order, job.ticket)
-    }))
-    .unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(Error::new(
-            ErrorKind::Internal,
-            format!("panic while running {}: {what}", job.args.name),
-        ))
-    });
+    let Job { op, stream } = *job;
+    let (comm, name) = (Arc::clone(&op.comm), op.args.name);
+    let r = catch_unwind(AssertUnwindSafe(|| op.run()))
+        .unwrap_or_else(|p| Err(panicked(name, p.as_ref())));
     match r {
         Ok(()) => 0,
         Err(e) => {
-            let e = e.context(format!("stream {:#x}", job.stream));
-            log::error!("Hccl{} (stream-ordered): {}", job.args.name, e.msg);
-            job.comm.record_async_error(&e);
+            let e = e.context(format!("stream {stream:#x}"));
+            log::error!("Hccl{name} (stream-ordered): {}", e.msg);
+            comm.record_async_error(&e);
             e.kind.code() as i32
         }
     }

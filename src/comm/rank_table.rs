@@ -9,13 +9,19 @@
 //!
 //! The format writes every value as a string; numeric fields also accept JSON numbers because
 //! hand-written tables often use them. Unknown keys are ignored so tables produced for the
-//! vendor library (which carry extra fields) load unchanged.
+//! vendor library (which carry extra fields) load unchanged. A key repeated in one object is an
+//! error. The file may be at most [`MAX_RANK_TABLE_BYTES`] long, nest at most
+//! [`MAX_RANK_TABLE_DEPTH`] deep and describe at most [`MAX_RANKS`] ranks.
 
+use std::io::Read;
 use std::net::IpAddr;
 use std::path::Path;
 
+use serde_json::Value as Json;
+
 use crate::base::error::Result;
-use crate::base::json::{self, Json};
+use crate::base::limits::{MAX_RANKS, MAX_RANK_TABLE_BYTES, MAX_RANK_TABLE_DEPTH};
+use crate::base::strict_json;
 
 /// A validated rank table.
 ///
@@ -60,7 +66,8 @@ impl RankTable {
     /// Every failure is `ErrorKind::Para` with a message naming the offending field as a path,
     /// e.g. `server_list[1].device[0].rank_id`.
     pub fn parse(text: &str) -> Result<RankTable> {
-        let doc = json::parse(text).map_err(|e| e.context("rank table"))?;
+        let doc =
+            strict_json::parse(text, MAX_RANK_TABLE_DEPTH).map_err(|e| e.context("rank table"))?;
         if doc.as_object().is_none() {
             crate::bail!(Para, "rank table: the top level must be a JSON object");
         }
@@ -109,11 +116,24 @@ impl RankTable {
 
     /// Reads and parses the rank table at `path`.
     ///
-    /// An unreadable file is `ErrorKind::OpenFile`; content errors are `ErrorKind::Para`. Both
-    /// messages name the path.
+    /// An unreadable file is `ErrorKind::OpenFile`; content errors, and a file longer than
+    /// [`MAX_RANK_TABLE_BYTES`] (of which one byte past the bound is read, no more), are
+    /// `ErrorKind::Para`. Both messages name the path.
     pub fn load(path: &Path) -> Result<RankTable> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| crate::err!(OpenFile, "cannot read rank table {}: {e}", path.display()))?;
+        let unreadable = |e: std::io::Error| {
+            crate::err!(OpenFile, "cannot read rank table {}: {e}", path.display())
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_RANK_TABLE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(unreadable)?;
+        if bytes.len() as u64 > MAX_RANK_TABLE_BYTES {
+            crate::bail!(
+                Para,
+                "rank table {} is larger than {MAX_RANK_TABLE_BYTES} bytes",
+                path.display()
+            );
+        }
         let text = String::from_utf8(bytes).map_err(|e| {
             crate::err!(
                 Para,
@@ -127,7 +147,7 @@ impl RankTable {
 
     /// Number of ranks (total devices over all servers).
     pub fn rank_count(&self) -> u32 {
-        // Cannot truncate: parse rejects tables with more than u32::MAX ranks.
+        // Cannot truncate: parse rejects tables with more than MAX_RANKS ranks.
         self.ranks.len() as u32
     }
 
@@ -242,8 +262,11 @@ fn parse_server(entry: &Json, si: usize) -> Result<ServerEntry> {
 /// Builds rank -> (server, device), checking the rank ids are exactly `0..N`.
 fn index_ranks(servers: &[ServerEntry]) -> Result<Vec<(usize, usize)>> {
     let total: usize = servers.iter().map(|s| s.devices.len()).sum();
-    if u32::try_from(total).is_err() {
-        crate::bail!(Para, "rank table: {total} ranks is too many");
+    if total > MAX_RANKS as usize {
+        crate::bail!(
+            Para,
+            "rank table: {total} ranks is more than the {MAX_RANKS} a communicator may have"
+        );
     }
     let mut slots: Vec<Option<(usize, usize)>> = vec![None; total];
     for (si, server) in servers.iter().enumerate() {
@@ -273,7 +296,7 @@ fn index_ranks(servers: &[ServerEntry]) -> Result<Vec<(usize, usize)>> {
 
 /// Short rendering of a value for error messages.
 fn describe(v: &Json) -> String {
-    let text = v.to_string_compact();
+    let text = v.to_string();
     if text.chars().count() > 40 {
         let head: String = text.chars().take(37).collect();
         format!("{head}...")
@@ -314,7 +337,12 @@ fn uint_value(v: &Json, key: &str, at: &str) -> Result<u64> {
     let parsed = match v {
         // Digits only: `str::parse` would also take "+5", which no generator writes.
         Json::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().ok(),
-        Json::Number(_) => v.as_u64(),
+        Json::Number(n) => n.as_u64().or_else(|| {
+            // Integral floats (`1.0`) count; the bound keeps the conversion exact.
+            n.as_f64()
+                .filter(|x| x.fract() == 0.0 && (0.0..9.007_199_254_740_992e15).contains(x))
+                .map(|x| x as u64)
+        }),
         _ => None,
     };
     parsed.ok_or_else(|| {
@@ -724,6 +752,85 @@ mod tests {
         for (i, _) in TWO.char_indices() {
             assert!(RankTable::parse(&TWO[..i]).is_err(), "prefix of {i} bytes");
         }
+    }
+
+    /// `TWO` with an extra top-level member nesting `depth` arrays (the document's own object
+    /// makes it `depth + 1` deep).
+    fn two_with_nesting(depth: usize) -> String {
+        let extra = format!("\"extra\": {}{},", "[".repeat(depth), "]".repeat(depth));
+        TWO.replacen('{', &format!("{{ {extra}"), 1)
+    }
+
+    #[test]
+    fn nesting_depth_at_and_past_the_bound() {
+        assert!(RankTable::parse(&two_with_nesting(MAX_RANK_TABLE_DEPTH - 1)).is_ok());
+        fails(
+            &two_with_nesting(MAX_RANK_TABLE_DEPTH),
+            &["rank table", "nested more than 32 deep"],
+        );
+        // 200,000 levels: a clear error, not a stack overflow.
+        fails(&two_with_nesting(200_000), &["nested more than 32 deep"]);
+    }
+
+    #[test]
+    fn repeated_keys_are_refused() {
+        fails(
+            &two_with(
+                "\"rank_id\": \"3\"",
+                "\"rank_id\": \"3\", \"rank_id\": \"2\"",
+            ),
+            &["\"rank_id\" appears twice", "line 11"],
+        );
+    }
+
+    /// One server with `n` devices, ranks 0..n.
+    fn one_server(n: u32) -> String {
+        let devices: Vec<String> = (0..n)
+            .map(|r| format!("{{\"device_id\":\"{r}\",\"rank_id\":\"{r}\"}}"))
+            .collect();
+        format!(
+            "{{\"status\":\"completed\",\"version\":\"1.0\",\"server_count\":\"1\",\
+             \"server_list\":[{{\"server_id\":\"s\",\"device\":[{}]}}]}}",
+            devices.join(",")
+        )
+    }
+
+    #[test]
+    fn rank_count_at_and_past_the_bound() {
+        assert_eq!(
+            RankTable::parse(&one_server(MAX_RANKS))
+                .unwrap()
+                .rank_count(),
+            MAX_RANKS
+        );
+        fails(&one_server(MAX_RANKS + 1), &["65537 ranks", "65536"]);
+    }
+
+    #[test]
+    fn file_size_at_and_past_the_bound() {
+        let dir = std::env::temp_dir().join(format!("rank-table-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let limit = MAX_RANK_TABLE_BYTES as usize;
+        // Trailing whitespace is part of the document, so it counts towards the size.
+        let mut at = TWO.as_bytes().to_vec();
+        at.resize(limit, b' ');
+        let at_path = dir.join("at.json");
+        std::fs::write(&at_path, &at).unwrap();
+        assert_eq!(RankTable::load(&at_path).unwrap().rank_count(), 4);
+        at.push(b' ');
+        let past_path = dir.join("past.json");
+        std::fs::write(&past_path, &at).unwrap();
+        let e = RankTable::load(&past_path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Para);
+        assert!(
+            e.msg.contains("past.json") && e.msg.contains("larger than"),
+            "{}",
+            e.msg
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        // An endless file is refused after reading one byte past the bound.
+        let e = RankTable::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.msg.contains("larger than"), "{}", e.msg);
     }
 
     #[test]

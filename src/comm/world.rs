@@ -25,18 +25,28 @@
 //! 3. otherwise on 127.0.0.1 — so all ranks must share one host; when the launcher says they
 //!    do not (local size < size) the run stops and asks for `MASTER_ADDR` — at port
 //!    `20000 + FNV-1a(job key) mod 10000`, or the first free one of the 8 ports from there.
-//!    The job key is the first of `HCCL_JOB_ID`, `OMPI_MCA_orte_ess_jobid`,
-//!    `OMPI_MCA_ess_base_jobid`, `PMIX_NAMESPACE`, `PMI_KVSNAME`, `TORCHELASTIC_RUN_ID`, or else
-//!    the parent process id (the launcher's local daemon, shared by the ranks of one host).
+//!
+//! The job key names the job every rank belongs to, so it is built only from what all ranks
+//! share, whatever process started each of them: the launcher's job id, the first of
+//! `HCCL_JOB_ID`, `OMPI_MCA_orte_ess_jobid`, `OMPI_MCA_ess_base_jobid`, `PMIX_NAMESPACE`,
+//! `PMI_KVSNAME`, `TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID` (with `SLURM_STEP_ID`); without one, the
+//! rendezvous itself: the port of rule 1 or 2 (the address is implied: a rank that reached the
+//! server used it, however it spelled it), or the host named without a port. Only when nothing
+//! at all is shared (no job id, no address) is it the parent process id, which the ranks of
+//! one launcher on one host have in common; ranks started separately then need `HCCL_JOB_ID`
+//! or an address.
 //!
 //! Clients send the job key, the number of ranks and their rank; the server answers only a
-//! matching request, so a neighbouring job on a nearby port is skipped, not joined.
+//! matching request and tells a refused client its own key and size, so a neighbouring job on a
+//! nearby port is skipped, not joined, and a rank that disagrees with its rank 0 is told why:
+//! at an exact address (rules 1 and 2) it fails at once with both keys.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::base::limits::{MAX_ENV_VALUE_BYTES, MAX_RANKS};
 use crate::ffi::types::HCCL_ROOT_INFO_BYTES;
 
 /// First port of the derived range.
@@ -135,14 +145,36 @@ const SOURCES: [(&str, [&str; 4]); 4] = [
     ),
 ];
 
-const JOB_KEYS: [&str; 6] = [
+/// Launcher job ids, first found wins; each is the same in every rank of one job.
+const JOB_KEYS: [&str; 7] = [
     "HCCL_JOB_ID",
     "OMPI_MCA_orte_ess_jobid",
     "OMPI_MCA_ess_base_jobid",
     "PMIX_NAMESPACE",
     "PMI_KVSNAME",
     "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
 ];
+
+/// What the job key is built from: the launcher's job id, else the rendezvous (`host` empty:
+/// none given), else the parent process id. Never anything that differs between the ranks of
+/// one job however they were started.
+fn job_basis(get: &dyn Fn(&str) -> Option<String>, host: &str, port: Option<u16>) -> String {
+    let id = JOB_KEYS
+        .iter()
+        .find_map(|&k| get(k).filter(|v| !v.is_empty()).map(|v| (k, v)));
+    match (id, port) {
+        (Some(("SLURM_JOB_ID", job)), _) => {
+            let step = get("SLURM_STEP_ID").unwrap_or_default();
+            format!("job:slurm.{job}.{step}")
+        }
+        (Some((_, job)), _) => format!("job:{job}"),
+        (None, Some(port)) => format!("port:{port}"),
+        (None, None) if !host.is_empty() => format!("host:{host}"),
+        // SAFETY: getppid has no preconditions.
+        (None, None) => format!("ppid:{}", unsafe { libc::getppid() }),
+    }
+}
 
 /// 64-bit FNV-1a.
 pub fn fnv1a(s: &str) -> u64 {
@@ -178,8 +210,30 @@ fn split_host_port(s: &str) -> (String, Option<u16>) {
 }
 
 /// Reads the launch environment through `get` (the process environment in real runs).
-/// `Ok(None)`: no launcher variables, a single-rank run.
+/// `Ok(None)`: no launcher variables, a single-rank run. A world of more than
+/// [`MAX_RANKS`] ranks, or a variable longer than [`MAX_ENV_VALUE_BYTES`], is an error.
 pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
+    let too_long = std::cell::Cell::new(None);
+    let bounded = |name: &str| {
+        let v = get(name)?;
+        if v.len() > MAX_ENV_VALUE_BYTES {
+            too_long.set(Some(format!(
+                "environment variable {name} is {} bytes long; at most {MAX_ENV_VALUE_BYTES} \
+                 are accepted",
+                v.len()
+            )));
+            return None;
+        }
+        Some(v)
+    };
+    let found = detect_bounded(&bounded);
+    match too_long.take() {
+        Some(e) => Err(e),
+        None => found,
+    }
+}
+
+fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
     let mut found = None;
     for (source, [r, s, lr, ls]) in SOURCES {
         if let (Some(rank), Some(size)) = (num(get, r)?, num(get, s)?) {
@@ -190,37 +244,29 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, Str
     let Some((source, rank, size, local_rank, local_size, rv, sv)) = found else {
         return Ok(None);
     };
-    if size == 0 || rank >= size {
+    if size == 0 || size > MAX_RANKS {
+        return Err(format!("{sv}={size} must be in 1..={MAX_RANKS}"));
+    }
+    if rank >= size {
         return Err(format!("{rv}={rank} is out of range for {sv}={size}"));
     }
-    let job = JOB_KEYS
-        .iter()
-        .find_map(|k| get(k).filter(|v| !v.is_empty()))
-        .unwrap_or_else(|| format!("ppid:{}", unsafe { libc::getppid() }));
-    let key = format!("{source}/{job}/{size}");
-    let derived = DERIVED_PORT_BASE + (fnv1a(&key) % DERIVED_PORT_SPAN as u64) as u16;
+    // Where the info server is, as far as the environment says (the port may be derived).
     let master = get("MASTER_ADDR").filter(|v| !v.is_empty());
-    let rendezvous = if let Some(addr) = get("HCCL_ROOT_ADDR").filter(|v| !v.is_empty()) {
-        match split_host_port(&addr) {
-            (host, Some(port)) => Rendezvous::Fixed { host, port },
-            (host, None) => Rendezvous::Derived {
-                host,
-                base: derived,
-            },
-        }
+    let (host, port) = if let Some(addr) = get("HCCL_ROOT_ADDR").filter(|v| !v.is_empty()) {
+        split_host_port(&addr)
     } else if let Some(host) = master {
-        match num(get, "MASTER_PORT")? {
+        let port = match num(get, "MASTER_PORT")? {
             Some(p) => {
-                let bump = u32::from(get("TORCHELASTIC_RUN_ID").is_some());
-                let port = u16::try_from(p + bump)
-                    .map_err(|_| format!("MASTER_PORT={p} is not a valid port"))?;
-                Rendezvous::Fixed { host, port }
+                let bump = u16::from(get("TORCHELASTIC_RUN_ID").is_some());
+                let port = u16::try_from(p)
+                    .ok()
+                    .and_then(|p| p.checked_add(bump))
+                    .ok_or_else(|| format!("MASTER_PORT={p} is not a valid port"))?;
+                Some(port)
             }
-            None => Rendezvous::Derived {
-                host,
-                base: derived,
-            },
-        }
+            None => None,
+        };
+        (host, port)
     } else {
         if local_size.is_some_and(|l| l < size) {
             return Err(format!(
@@ -229,10 +275,20 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, Str
                 local_size.unwrap_or(0)
             ));
         }
-        Rendezvous::Derived {
-            host: Ipv4Addr::LOCALHOST.to_string(),
-            base: derived,
-        }
+        (String::new(), None)
+    };
+    let key = format!("{source}/{}/{size}", job_basis(get, &host, port));
+    let host = if host.is_empty() {
+        Ipv4Addr::LOCALHOST.to_string()
+    } else {
+        host
+    };
+    let rendezvous = match port {
+        Some(port) => Rendezvous::Fixed { host, port },
+        None => Rendezvous::Derived {
+            host,
+            base: DERIVED_PORT_BASE + (fnv1a(&key) % DERIVED_PORT_SPAN as u64) as u16,
+        },
     };
     let secs = get("HCCL_CONNECT_TIMEOUT")
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -303,6 +359,15 @@ impl InfoServer {
             .join()
             .unwrap_or_else(|_| Err("info server panicked".into()))
     }
+
+    /// Waits for the server after rank 0's own initialisation failed with `e`, and adds what
+    /// the server saw (ranks that never came, or were refused as another job) to `e`.
+    pub fn explain(self, e: String) -> String {
+        match self.join() {
+            Ok(()) => e,
+            Err(s) => format!("{e}; {s}"),
+        }
+    }
 }
 
 fn serve(
@@ -316,21 +381,31 @@ fn serve(
     let mut served = vec![false; size as usize];
     served[0] = true;
     let mut left = size as usize - 1;
+    // The last request refused, to explain a timeout: ranks that disagree about the job.
+    let mut refused: Option<(SocketAddr, Hello)> = None;
     while left > 0 {
         if Instant::now() >= deadline {
+            let why = match &refused {
+                Some((from, h)) => format!(
+                    "; refused {from}, which asked for job '{}' of {} ranks (rank {}) while this \
+                     is job '{key}' of {size}: set HCCL_JOB_ID to one value on every rank",
+                    h.key, h.size, h.rank
+                ),
+                None => String::new(),
+            };
             return Err(format!(
-                "info server: {left} rank(s) never fetched the root info"
+                "info server: {left} rank(s) never fetched the root info{why}"
             ));
         }
         match l.accept() {
-            Ok((s, _)) => {
-                if let Some(r) = answer(s, blob, key, size) {
-                    if !served[r as usize] {
-                        served[r as usize] = true;
-                        left -= 1;
-                    }
+            Ok((s, from)) => match answer(s, blob, key, size) {
+                Some(Ok(r)) if !served[r as usize] => {
+                    served[r as usize] = true;
+                    left -= 1;
                 }
-            }
+                Some(Err(h)) => refused = Some((from, h)),
+                Some(Ok(_)) | None => {}
+            },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5))
             }
@@ -341,43 +416,84 @@ fn serve(
     Ok(())
 }
 
-fn hello(key: &str, size: u32, rank: u32) -> Vec<u8> {
-    let mut m = MAGIC.to_vec();
-    m.extend_from_slice(&size.to_le_bytes());
-    m.extend_from_slice(&rank.to_le_bytes());
-    m.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    m.extend_from_slice(key.as_bytes());
-    m
+/// A request: which job, how many ranks, which rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hello {
+    key: String,
+    size: u32,
+    rank: u32,
 }
 
-/// Answers one request; the requesting rank when it got the blob.
-fn answer(mut s: TcpStream, blob: &[u8], key: &str, size: u32) -> Option<u32> {
+impl Hello {
+    /// `MAGIC`, size, rank, key length, key.
+    fn encode(&self) -> Vec<u8> {
+        let mut m = MAGIC.to_vec();
+        m.extend_from_slice(&self.size.to_le_bytes());
+        m.extend_from_slice(&self.rank.to_le_bytes());
+        m.extend_from_slice(&(self.key.len() as u16).to_le_bytes());
+        m.extend_from_slice(self.key.as_bytes());
+        m
+    }
+
+    /// Reads what [`Hello::encode`] wrote, after its `MAGIC`.
+    fn read(s: &mut impl Read) -> std::io::Result<Hello> {
+        let mut head = [0u8; 10];
+        s.read_exact(&mut head)?;
+        let klen = u16::from_le_bytes([head[8], head[9]]) as usize;
+        let mut k = vec![0u8; klen];
+        s.read_exact(&mut k)?;
+        Ok(Hello {
+            key: String::from_utf8_lossy(&k).into_owned(),
+            size: u32::from_le_bytes([head[0], head[1], head[2], head[3]]),
+            rank: u32::from_le_bytes([head[4], head[5], head[6], head[7]]),
+        })
+    }
+}
+
+/// Answers one request: `Some(Ok(rank))` when that rank got the blob, `Some(Err(request))`
+/// when it was refused (it is told this server's job), `None` when it was not a request.
+fn answer(mut s: TcpStream, blob: &[u8], key: &str, size: u32) -> Option<Result<u32, Hello>> {
     s.set_nonblocking(false).ok()?;
     s.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
     s.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
-    let mut head = [0u8; 18];
-    s.read_exact(&mut head).ok()?;
-    let klen = u16::from_le_bytes([head[16], head[17]]) as usize;
-    let mut k = vec![0u8; klen];
-    s.read_exact(&mut k).ok()?;
-    let their_size = u32::from_le_bytes(head[8..12].try_into().ok()?);
-    let rank = u32::from_le_bytes(head[12..16].try_into().ok()?);
-    let ok = &head[..8] == MAGIC && their_size == size && k == key.as_bytes() && rank < size;
+    let mut magic = [0u8; 8];
+    s.read_exact(&mut magic).ok()?;
+    if &magic != MAGIC {
+        return None;
+    }
+    let h = Hello::read(&mut s).ok()?;
+    let ok = h.size == size && h.key == key && h.rank < size;
     let mut reply = MAGIC.to_vec();
-    reply.push(u8::from(!ok));
     if ok {
+        reply.push(0);
         reply.extend_from_slice(blob);
+    } else {
+        // Refused: say whose server this is, so the client can explain.
+        reply.push(1);
+        reply.extend_from_slice(
+            &Hello {
+                key: key.to_string(),
+                size,
+                rank: 0,
+            }
+            .encode()[MAGIC.len()..],
+        );
     }
     s.write_all(&reply).ok()?;
-    ok.then_some(rank)
+    Some(if ok { Ok(h.rank) } else { Err(h) })
 }
 
-/// Fetches the root info from rank 0's info server, retrying until `w.timeout`.
+/// Fetches the root info from rank 0's info server, retrying until `w.timeout`. A server that
+/// refuses the request at an exact address (`Rendezvous::Fixed`) is this job's rank 0
+/// disagreeing about the job, so that fails at once, naming both jobs; among derived ports a
+/// refusal is a neighbouring job and the search goes on.
 pub fn fetch(w: &World) -> Result<[u8; HCCL_ROOT_INFO_BYTES], String> {
     let deadline = Instant::now() + w.timeout;
     let host = w.rendezvous.host();
     let ports = w.rendezvous.ports();
+    let fixed = matches!(w.rendezvous, Rendezvous::Fixed { .. });
     let mut last = String::from("no attempt");
+    let mut refused: Option<String> = None;
     loop {
         for &port in &ports {
             let addrs = match (host, port).to_socket_addrs() {
@@ -393,35 +509,77 @@ pub fn fetch(w: &World) -> Result<[u8; HCCL_ROOT_INFO_BYTES], String> {
                     .min(Duration::from_secs(1))
                     .max(Duration::from_millis(10));
                 match TcpStream::connect_timeout(&a, t).and_then(|s| request(s, w)) {
-                    Ok(Some(blob)) => return Ok(blob),
-                    Ok(None) => last = format!("{a}: belongs to another job"),
+                    Ok(Ok(blob)) => return Ok(blob),
+                    Ok(Err(theirs)) => {
+                        let why = format!(
+                            "the info server at {a} refused rank {}: it serves job '{}' of {} \
+                             ranks, this rank is in job '{}' of {} ranks",
+                            w.rank, theirs.key, theirs.size, w.key, w.size
+                        );
+                        if fixed {
+                            return Err(format!(
+                                "{why}; every rank must agree on the number of ranks and the \
+                                 job (set HCCL_JOB_ID to one value on every rank, or unset it \
+                                 everywhere)"
+                            ));
+                        }
+                        refused = Some(why);
+                    }
                     Err(e) => last = format!("{a}: {e}"),
                 }
             }
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "rank {}: no root info from rank 0 at {host} ports {:?} within {:?} (last: {last}); \
-                 check MASTER_ADDR/MASTER_PORT or HCCL_ROOT_ADDR",
+            let mut msg = format!(
+                "rank {}: no root info from rank 0 at {host} ports {:?} within {:?} (last: {last})",
                 w.rank, ports, w.timeout
-            ));
+            );
+            if let Some(why) = refused {
+                msg.push_str(&format!("; {why} (another job, or ranks that disagree)"));
+            }
+            if w.key.contains("/ppid:") {
+                msg.push_str(
+                    "; with no launcher job id and no MASTER_ADDR/MASTER_PORT or HCCL_ROOT_ADDR \
+                     the job is known only by the parent process, so ranks started separately \
+                     never meet: set HCCL_JOB_ID to one value on every rank, or MASTER_ADDR and \
+                     MASTER_PORT",
+                );
+            } else {
+                msg.push_str("; check MASTER_ADDR/MASTER_PORT or HCCL_ROOT_ADDR");
+            }
+            return Err(msg);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn request(mut s: TcpStream, w: &World) -> std::io::Result<Option<[u8; HCCL_ROOT_INFO_BYTES]>> {
+/// One request: `Ok(Ok(blob))`, or `Ok(Err(server's job))` when refused.
+fn request(
+    mut s: TcpStream,
+    w: &World,
+) -> std::io::Result<Result<[u8; HCCL_ROOT_INFO_BYTES], Hello>> {
     s.set_read_timeout(Some(IO_TIMEOUT))?;
     s.set_write_timeout(Some(IO_TIMEOUT))?;
-    s.write_all(&hello(&w.key, w.size, w.rank))?;
+    let me = Hello {
+        key: w.key.clone(),
+        size: w.size,
+        rank: w.rank,
+    };
+    s.write_all(&me.encode())?;
     let mut head = [0u8; 9];
     s.read_exact(&mut head)?;
-    if &head[..8] != MAGIC || head[8] != 0 {
-        return Ok(None);
+    if &head[..8] != MAGIC {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not an info server",
+        ));
+    }
+    if head[8] != 0 {
+        return Ok(Err(Hello::read(&mut s)?));
     }
     let mut blob = [0u8; HCCL_ROOT_INFO_BYTES];
     s.read_exact(&mut blob)?;
-    Ok(Some(blob))
+    Ok(Ok(blob))
 }
 
 #[cfg(test)]
@@ -457,7 +615,47 @@ mod tests {
         };
         assert_eq!(host, "127.0.0.1");
         assert!((DERIVED_PORT_BASE..DERIVED_PORT_BASE + DERIVED_PORT_SPAN).contains(&base));
-        assert_eq!(w.key, "openmpi/123456/4");
+        assert_eq!(w.key, "openmpi/job:123456/4");
+    }
+
+    #[test]
+    fn job_key_is_what_every_rank_shares() {
+        let key = |pairs: &[(&str, &str)]| detect(&env(pairs)).unwrap().unwrap().key;
+        let torch = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "29500"),
+        ];
+        // Rendezvous port, whatever the spelling of the address or the parent process.
+        assert_eq!(key(&torch), "torchrun/port:29500/2");
+        let mut other_spelling = torch.to_vec();
+        other_spelling[2] = ("MASTER_ADDR", "10.0.0.1");
+        assert_eq!(key(&other_spelling), key(&torch));
+        assert_eq!(
+            key(&[
+                ("HCCL_RANK", "0"),
+                ("HCCL_WORLD_SIZE", "2"),
+                ("HCCL_ROOT_ADDR", "10.0.0.1:4000"),
+            ]),
+            "hccl/port:4000/2"
+        );
+        assert_eq!(
+            key(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "node0")]),
+            "torchrun/host:node0/2"
+        );
+        // A launcher's job id wins over the rendezvous.
+        let mut elastic = torch.to_vec();
+        elastic.push(("TORCHELASTIC_RUN_ID", "run7"));
+        assert_eq!(key(&elastic), "torchrun/job:run7/2");
+        let mut slurm = torch.to_vec();
+        slurm.extend([("SLURM_JOB_ID", "88"), ("SLURM_STEP_ID", "3")]);
+        assert_eq!(key(&slurm), "torchrun/job:slurm.88.3/2");
+        // Nothing shared at all: the parent process (one launcher on one host).
+        let bare = key(&[("RANK", "0"), ("WORLD_SIZE", "2")]);
+        // SAFETY: getppid has no preconditions.
+        let ppid = unsafe { libc::getppid() };
+        assert_eq!(bare, format!("torchrun/ppid:{ppid}/2"));
     }
 
     #[test]
@@ -519,6 +717,42 @@ mod tests {
     fn bad_values_are_errors() {
         assert!(detect(&env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
         assert!(detect(&env(&[("RANK", "2"), ("WORLD_SIZE", "2")])).is_err());
+        // The torchrun port bump must not overflow (u32 + 1 or port 65535 + 1).
+        let e = detect(&env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "65535"),
+            ("TORCHELASTIC_RUN_ID", "x"),
+        ]));
+        assert!(e.unwrap_err().contains("MASTER_PORT=65535"));
+        let e = detect(&env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "4294967295"),
+            ("TORCHELASTIC_RUN_ID", "x"),
+        ]));
+        assert!(e.unwrap_err().contains("not a valid port"));
+    }
+
+    #[test]
+    fn world_size_and_value_lengths_at_and_past_the_bound() {
+        let at = MAX_RANKS.to_string();
+        let past = (MAX_RANKS + 1).to_string();
+        let w = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", &at)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.size, MAX_RANKS);
+        let e = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", &past)])).unwrap_err();
+        assert!(e.contains("WORLD_SIZE=65537"), "{e}");
+        let job_at = "j".repeat(MAX_ENV_VALUE_BYTES);
+        let job_past = "j".repeat(MAX_ENV_VALUE_BYTES + 1);
+        let base = [("RANK", "0"), ("WORLD_SIZE", "1")];
+        let w = detect(&env(&[base[0], base[1], ("HCCL_JOB_ID", &job_at)])).unwrap();
+        assert!(w.unwrap().key.contains(&job_at));
+        let e = detect(&env(&[base[0], base[1], ("HCCL_JOB_ID", &job_past)])).unwrap_err();
+        assert!(e.contains("HCCL_JOB_ID is 4097 bytes"), "{e}");
     }
 
     #[test]
@@ -542,15 +776,92 @@ mod tests {
             host: "127.0.0.1".into(),
             port: srv.addr.port(),
         };
+        // At an exact address a refusal is final and names both jobs.
         let mut foreign = w(1, "other");
         foreign.rendezvous = at.clone();
-        foreign.timeout = Duration::from_millis(300);
-        assert!(fetch(&foreign).unwrap_err().contains("another job"));
+        let t = Instant::now();
+        let e = fetch(&foreign).unwrap_err();
+        assert!(t.elapsed() < foreign.timeout, "{e}");
+        assert!(
+            e.contains("refused rank 1") && e.contains("'job' of 3") && e.contains("'other' of 3"),
+            "{e}"
+        );
+        let mut wrong_size = w(1, "job");
+        wrong_size.size = 4;
+        wrong_size.rendezvous = at.clone();
+        assert!(fetch(&wrong_size).unwrap_err().contains("'job' of 3"));
         for r in 1..3 {
             let mut c = w(r, "job");
             c.rendezvous = at.clone();
             assert_eq!(fetch(&c).unwrap(), blob);
         }
         srv.join().unwrap();
+    }
+
+    #[test]
+    fn server_timeout_names_the_refused_job() {
+        let w = |rank, key: &str, port| World {
+            rank,
+            size: 2,
+            local_rank: None,
+            local_size: None,
+            source: "hccl",
+            rendezvous: Rendezvous::Fixed {
+                host: "127.0.0.1".into(),
+                port,
+            },
+            key: key.into(),
+            timeout: Duration::from_secs(2),
+        };
+        let srv = InfoServer::start(&w(0, "ours", 0), [1u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        let e = fetch(&w(1, "theirs", srv.addr.port())).unwrap_err();
+        assert!(e.contains("'ours' of 2"), "{e}");
+        let e = srv.join().unwrap_err();
+        assert!(
+            e.contains("never fetched") && e.contains("job 'theirs' of 2 ranks (rank 1)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn derived_ports_skip_a_neighbouring_job() {
+        // A neighbouring job's server holds the first derived port; this job's rank 0 takes a
+        // later one, and its rank 1, refused by the neighbour, goes on and finds it.
+        let world = |rank, key: &str, rendezvous| World {
+            rank,
+            size: 2,
+            local_rank: None,
+            local_size: None,
+            source: "hccl",
+            rendezvous,
+            key: key.into(),
+            timeout: Duration::from_secs(10),
+        };
+        let any = Rendezvous::Fixed {
+            host: "127.0.0.1".into(),
+            port: 0,
+        };
+        let neighbour =
+            InfoServer::start(&world(0, "neighbour", any), [2u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        let derived = Rendezvous::Derived {
+            host: "127.0.0.1".into(),
+            base: neighbour.addr.port(),
+        };
+        let mine = InfoServer::start(
+            &world(0, "mine", derived.clone()),
+            [3u8; HCCL_ROOT_INFO_BYTES],
+        )
+        .unwrap();
+        assert_ne!(mine.addr.port(), neighbour.addr.port());
+        assert_eq!(
+            fetch(&world(1, "mine", derived.clone())).unwrap(),
+            [3u8; HCCL_ROOT_INFO_BYTES]
+        );
+        mine.join().unwrap();
+        assert_eq!(
+            fetch(&world(1, "neighbour", derived)).unwrap(),
+            [2u8; HCCL_ROOT_INFO_BYTES]
+        );
+        neighbour.join().unwrap();
     }
 }

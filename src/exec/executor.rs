@@ -57,7 +57,8 @@ pub unsafe fn run(
 ) -> Result<()> {
     for step in &sched.steps {
         check_self_pairs(ep.rank(), step)?;
-        if let Err(e) = run_step(ep, step, bufs, red, deadline) {
+        // SAFETY: the step's spans lie inside the caller's buffers, valid for the whole call.
+        if let Err(e) = unsafe { run_step(ep, step, bufs, red, deadline) } {
             // Posted operations must not outlive the call: peers would read or write buffers
             // the caller is about to reuse.
             if ep.broken().is_none() {
@@ -102,6 +103,10 @@ fn check_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<()> {
     Ok(())
 }
 
+/// Runs one step: local copies and reductions, then every send and receive, then waits.
+///
+/// # Safety
+/// As for [`run`], for this step's spans.
 unsafe fn run_step(
     ep: &mut Endpoint,
     step: &crate::algo::schedule::Step,
@@ -116,34 +121,42 @@ unsafe fn run_step(
             Action::Copy { src, dst } => {
                 let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
                 if !std::ptr::eq(s, d) && src.len > 0 {
-                    std::ptr::copy(s, d, src.len);
+                    // SAFETY: both spans lie inside live buffers (the caller's contract);
+                    // `copy` allows them to overlap.
+                    unsafe { std::ptr::copy(s, d, src.len) };
                 }
             }
             Action::Reduce { dst, src } if src.len > 0 => {
-                need_red()?.apply(
-                    bufs.addr(dst) as *mut u8,
-                    bufs.addr(src) as *const u8,
-                    src.len,
-                );
+                let f = need_red()?;
+                // SAFETY: both spans lie inside live buffers (the caller's contract) and have
+                // the same length; schedules never reduce a span into itself.
+                unsafe {
+                    f.apply(
+                        bufs.addr(dst) as *mut u8,
+                        bufs.addr(src) as *const u8,
+                        src.len,
+                    )
+                };
             }
             _ => {}
         }
     }
     for a in &step.actions {
         if let Action::Send { peer, src } = *a {
-            ep.post_send(peer, bufs.addr(src) as *const u8, src.len)?;
+            // SAFETY: the span lies inside a live buffer that stays valid until `wait_all`
+            // below (or `abort` on failure) has retired the transfer.
+            unsafe { ep.post_send(peer, bufs.addr(src) as *const u8, src.len) }?;
         }
     }
     for a in &step.actions {
-        match *a {
-            Action::Recv { peer, dst } => {
-                ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, None)?
-            }
-            Action::RecvReduce { peer, dst } => {
-                ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, Some(need_red()?))?
-            }
-            _ => {}
-        }
+        let (peer, dst, reduce) = match *a {
+            Action::Recv { peer, dst } => (peer, dst, None),
+            Action::RecvReduce { peer, dst } => (peer, dst, Some(need_red()?)),
+            _ => continue,
+        };
+        // SAFETY: the span lies inside a live buffer that stays valid until `wait_all` below
+        // (or `abort` on failure) has retired the transfer.
+        unsafe { ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, reduce) }?;
     }
     ep.wait_all(deadline)
 }

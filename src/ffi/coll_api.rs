@@ -1,6 +1,8 @@
 //! The collective operations of `hccl.h`.
 //!
-//! This file is the source cbindgen reads for `include/hccl/hccl.h`.
+//! This file is the source cbindgen reads for `include/hccl/hccl.h`. Every body is one
+//! [`entry!`] (see [`super::boundary`]): the communicator check, panic boundary, entry log and
+//! result mapping come from there; what remains here is each operation's own argument checks.
 //!
 //! # Safety
 //! These are C entry points with HCCL's contract: every pointer argument is either NULL
@@ -12,23 +14,17 @@
 
 use std::os::raw::c_void;
 
-use super::boundary::{call, entry_log};
+use super::boundary::{entry, op_name};
 use super::types::{
     aclrtStream, HcclComm, HcclDataTypeRaw, HcclReduceOpRaw, HcclResult, HcclSendRecvItem,
 };
 use super::validate as v;
 use crate::algo::{Coll, P2pItem};
-use crate::base::error::{Error, ErrorKind};
+use crate::base::dtype::DataType;
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::limits::MAX_BATCH_ITEMS;
 use crate::comm::dispatch::dispatch;
-use crate::comm::OpArgs;
-
-macro_rules! entry {
-    ($api:literal, $($arg:ident),*) => {
-        if entry_log() {
-            log::info!(concat!("entry ", $api, $(" ", stringify!($arg), "={:?}"),*), $($arg),*);
-        }
-    };
-}
+use crate::comm::{Communicator, OpArgs};
 
 /// Reduces `count` elements of every rank's `sendBuf` into every rank's `recvBuf`.
 #[no_mangle]
@@ -41,23 +37,12 @@ pub unsafe extern "C" fn HcclAllReduce(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAllReduce",
-        sendBuf,
-        recvBuf,
-        count,
-        dataType,
-        op,
-        comm,
-        stream
-    );
-    call("HcclAllReduce", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, recvBuf, count, dataType, op, stream; {
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
         let n = v::bytes(count, dt)?;
         let args = OpArgs {
-            name: "AllReduce",
+            name: op_name!(),
             coll: Coll::AllReduce {
                 count: v::count(count)?,
             },
@@ -81,15 +66,12 @@ pub unsafe extern "C" fn HcclBroadcast(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclBroadcast", buf, count, dataType, root, comm, stream);
-    call("HcclBroadcast", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), buf, count, dataType, root, stream; {
         let dt = v::dtype(dataType)?;
         let root = v::rank_in(root, &c, "root")?;
-        let n = v::bytes(count, dt)?;
-        let b = v::buffer(buf, n, "buf")?;
+        let b = v::buffer(buf, v::bytes(count, dt)?, "buf")?;
         let args = OpArgs {
-            name: "Broadcast",
+            name: op_name!(),
             coll: Coll::Broadcast {
                 count: v::count(count)?,
                 root,
@@ -116,26 +98,14 @@ pub unsafe extern "C" fn HcclReduce(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclReduce",
-        sendBuf,
-        recvBuf,
-        count,
-        dataType,
-        op,
-        root,
-        comm,
-        stream
-    );
-    call("HcclReduce", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, recvBuf, count, dataType, op, root, stream; {
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
         let root = v::rank_in(root, &c, "root")?;
         let n = v::bytes(count, dt)?;
         let recv_bytes = if c.rank() == root { n } else { 0 };
         let args = OpArgs {
-            name: "Reduce",
+            name: op_name!(),
             coll: Coll::Reduce {
                 count: v::count(count)?,
                 root,
@@ -160,22 +130,12 @@ pub unsafe extern "C" fn HcclAllGather(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAllGather",
-        sendBuf,
-        recvBuf,
-        sendCount,
-        dataType,
-        comm,
-        stream
-    );
-    call("HcclAllGather", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, recvBuf, sendCount, dataType, stream; {
         let dt = v::dtype(dataType)?;
         let n = v::bytes(sendCount, dt)?;
         let total = v::bytes(v::mul(sendCount, c.size() as u64)?, dt)?;
         let args = OpArgs {
-            name: "AllGather",
+            name: op_name!(),
             coll: Coll::AllGather {
                 count: v::count(sendCount)?,
             },
@@ -187,6 +147,21 @@ pub unsafe extern "C" fn HcclAllGather(
         };
         dispatch(c, args, stream as usize)
     })
+}
+
+/// `counts[rank]` must equal the count this rank passed as its own (`sendCount`, `recvCount`).
+fn own_count(c: &Communicator, counts: &[usize], own: u64, names: (&str, &str)) -> Result<()> {
+    let r = c.rank() as usize;
+    if counts[r] as u64 != own {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!(
+                "{} {own} differs from {}[{r}] = {}",
+                names.0, names.1, counts[r]
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// AllGather with per-rank counts and displacements in the output.
@@ -201,35 +176,16 @@ pub unsafe extern "C" fn HcclAllGatherV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAllGatherV",
-        sendBuf,
-        sendCount,
-        recvBuf,
-        recvCounts,
-        recvDispls,
-        dataType,
-        comm,
-        stream
-    );
-    call("HcclAllGatherV", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, sendCount, recvBuf, recvCounts, recvDispls, dataType, stream; {
         let dt = v::dtype(dataType)?;
-        let counts = v::u64_array(recvCounts, c.size(), "recvCounts")?;
-        let displs = v::u64_array(recvDispls, c.size(), "recvDispls")?;
-        if counts[c.rank() as usize] as u64 != sendCount {
-            return Err(Error::new(
-                ErrorKind::Para,
-                format!(
-                    "sendCount {sendCount} differs from recvCounts[{}] = {}",
-                    c.rank(),
-                    counts[c.rank() as usize]
-                ),
-            ));
-        }
+        // SAFETY: per the HCCL contract both arrays hold one uint64 per rank of `comm`.
+        let counts = unsafe { v::u64_array(recvCounts, c.size(), "recvCounts") }?;
+        // SAFETY: as above.
+        let displs = unsafe { v::u64_array(recvDispls, c.size(), "recvDispls") }?;
+        own_count(&c, &counts, sendCount, ("sendCount", "recvCounts"))?;
         let ext = v::extent(&counts, &displs)?;
         let args = OpArgs {
-            name: "AllGatherV",
+            name: op_name!(),
             send: v::buffer(sendBuf, v::bytes(sendCount, dt)?, "sendBuf")?,
             recv: v::buffer(recvBuf, v::bytes(ext as u64, dt)?, "recvBuf")?,
             coll: Coll::AllGatherV { counts, displs },
@@ -252,24 +208,13 @@ pub unsafe extern "C" fn HcclReduceScatter(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclReduceScatter",
-        sendBuf,
-        recvBuf,
-        recvCount,
-        dataType,
-        op,
-        comm,
-        stream
-    );
-    call("HcclReduceScatter", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, recvBuf, recvCount, dataType, op, stream; {
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
         let n = v::bytes(recvCount, dt)?;
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
         let args = OpArgs {
-            name: "ReduceScatter",
+            name: op_name!(),
             coll: Coll::ReduceScatter {
                 count: v::count(recvCount)?,
             },
@@ -296,37 +241,17 @@ pub unsafe extern "C" fn HcclReduceScatterV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclReduceScatterV",
-        sendBuf,
-        sendCounts,
-        sendDispls,
-        recvBuf,
-        recvCount,
-        dataType,
-        op,
-        comm,
-        stream
-    );
-    call("HcclReduceScatterV", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, sendCounts, sendDispls, recvBuf, recvCount, dataType, op, stream; {
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
-        let counts = v::u64_array(sendCounts, c.size(), "sendCounts")?;
-        let displs = v::u64_array(sendDispls, c.size(), "sendDispls")?;
-        if counts[c.rank() as usize] as u64 != recvCount {
-            return Err(Error::new(
-                ErrorKind::Para,
-                format!(
-                    "recvCount {recvCount} differs from sendCounts[{}] = {}",
-                    c.rank(),
-                    counts[c.rank() as usize]
-                ),
-            ));
-        }
+        // SAFETY: per the HCCL contract both arrays hold one uint64 per rank of `comm`.
+        let counts = unsafe { v::u64_array(sendCounts, c.size(), "sendCounts") }?;
+        // SAFETY: as above.
+        let displs = unsafe { v::u64_array(sendDispls, c.size(), "sendDispls") }?;
+        own_count(&c, &counts, recvCount, ("recvCount", "sendCounts"))?;
         let ext = v::extent(&counts, &displs)?;
         let args = OpArgs {
-            name: "ReduceScatterV",
+            name: op_name!(),
             send: v::buffer(sendBuf, v::bytes(ext as u64, dt)?, "sendBuf")?,
             recv: v::buffer(recvBuf, v::bytes(recvCount, dt)?, "recvBuf")?,
             coll: Coll::ReduceScatterV { counts, displs },
@@ -349,25 +274,14 @@ pub unsafe extern "C" fn HcclScatter(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclScatter",
-        sendBuf,
-        recvBuf,
-        recvCount,
-        dataType,
-        root,
-        comm,
-        stream
-    );
-    call("HcclScatter", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, recvBuf, recvCount, dataType, root, stream; {
         let dt = v::dtype(dataType)?;
         let root = v::rank_in(root, &c, "root")?;
         let n = v::bytes(recvCount, dt)?;
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
         let send_bytes = if c.rank() == root { total } else { 0 };
         let args = OpArgs {
-            name: "Scatter",
+            name: op_name!(),
             coll: Coll::Scatter {
                 count: v::count(recvCount)?,
                 root,
@@ -382,10 +296,7 @@ pub unsafe extern "C" fn HcclScatter(
     })
 }
 
-fn same_type(
-    send: HcclDataTypeRaw,
-    recv: HcclDataTypeRaw,
-) -> crate::base::error::Result<crate::base::dtype::DataType> {
+fn same_type(send: HcclDataTypeRaw, recv: HcclDataTypeRaw) -> Result<DataType> {
     let s = v::dtype(send)?;
     let r = v::dtype(recv)?;
     if s != r {
@@ -401,6 +312,31 @@ fn same_type(
     Ok(s)
 }
 
+/// The AlltoAll described by per-peer counts and displacements, its buffers checked.
+fn alltoall_args(
+    name: &'static str,
+    dt: DataType,
+    (send, send_counts, send_displs): (*const c_void, Vec<usize>, Vec<usize>),
+    (recv, recv_counts, recv_displs): (*const c_void, Vec<usize>, Vec<usize>),
+) -> Result<OpArgs> {
+    let se = v::bytes(v::extent(&send_counts, &send_displs)? as u64, dt)?;
+    let re = v::bytes(v::extent(&recv_counts, &recv_displs)? as u64, dt)?;
+    Ok(OpArgs {
+        name,
+        send: v::buffer(send, se, "sendBuf")?,
+        recv: v::buffer(recv, re, "recvBuf")?,
+        coll: Coll::AlltoAllV {
+            send_counts,
+            send_displs,
+            recv_counts,
+            recv_displs,
+        },
+        dtype: dt,
+        op: None,
+        ext: Vec::new(),
+    })
+}
+
 /// Every rank sends `sendCount` elements to every rank.
 #[no_mangle]
 pub unsafe extern "C" fn HcclAlltoAll(
@@ -413,19 +349,7 @@ pub unsafe extern "C" fn HcclAlltoAll(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAlltoAll",
-        sendBuf,
-        sendCount,
-        sendType,
-        recvBuf,
-        recvCount,
-        recvType,
-        comm,
-        stream
-    );
-    call("HcclAlltoAll", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, sendCount, sendType, recvBuf, recvCount, recvType, stream; {
         let dt = same_type(sendType, recvType)?;
         if sendCount != recvCount {
             return Err(Error::new(
@@ -434,24 +358,17 @@ pub unsafe extern "C" fn HcclAlltoAll(
             ));
         }
         let n = c.size() as usize;
+        // The whole buffer must be within bounds before per-block offsets are computed.
+        v::bytes(v::mul(sendCount, n as u64)?, dt)?;
         let cnt = v::count(sendCount)?;
-        let total = v::bytes(v::mul(sendCount, n as u64)?, dt)?;
         let counts = vec![cnt; n];
         let displs: Vec<usize> = (0..n).map(|i| i * cnt).collect();
-        let args = OpArgs {
-            name: "AlltoAll",
-            coll: Coll::AlltoAllV {
-                send_counts: counts.clone(),
-                send_displs: displs.clone(),
-                recv_counts: counts,
-                recv_displs: displs,
-            },
-            dtype: dt,
-            op: None,
-            send: v::buffer(sendBuf, total, "sendBuf")?,
-            recv: v::buffer(recvBuf, total, "recvBuf")?,
-            ext: Vec::new(),
-        };
+        let args = alltoall_args(
+            op_name!(),
+            dt,
+            (sendBuf, counts.clone(), displs.clone()),
+            (recvBuf, counts, displs),
+        )?;
         dispatch(c, args, stream as usize)
     })
 }
@@ -470,42 +387,19 @@ pub unsafe extern "C" fn HcclAlltoAllV(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAlltoAllV",
-        sendBuf,
-        sendCounts,
-        sdispls,
-        sendType,
-        recvBuf,
-        recvCounts,
-        rdispls,
-        recvType,
-        comm,
-        stream
-    );
-    call("HcclAlltoAllV", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, sendCounts, sdispls, sendType, recvBuf, recvCounts, rdispls, recvType, stream; {
         let dt = same_type(sendType, recvType)?;
-        let sc = v::u64_array(sendCounts, c.size(), "sendCounts")?;
-        let sd = v::u64_array(sdispls, c.size(), "sdispls")?;
-        let rc = v::u64_array(recvCounts, c.size(), "recvCounts")?;
-        let rd = v::u64_array(rdispls, c.size(), "rdispls")?;
-        let se = v::bytes(v::extent(&sc, &sd)? as u64, dt)?;
-        let re = v::bytes(v::extent(&rc, &rd)? as u64, dt)?;
-        let args = OpArgs {
-            name: "AlltoAllV",
-            coll: Coll::AlltoAllV {
-                send_counts: sc,
-                send_displs: sd,
-                recv_counts: rc,
-                recv_displs: rd,
-            },
-            dtype: dt,
-            op: None,
-            send: v::buffer(sendBuf, se, "sendBuf")?,
-            recv: v::buffer(recvBuf, re, "recvBuf")?,
-            ext: Vec::new(),
+        let n = c.size();
+        // SAFETY: per the HCCL contract the four arrays hold one uint64 per rank of `comm`.
+        let (sc, sd, rc, rd) = unsafe {
+            (
+                v::u64_array(sendCounts, n, "sendCounts")?,
+                v::u64_array(sdispls, n, "sdispls")?,
+                v::u64_array(recvCounts, n, "recvCounts")?,
+                v::u64_array(rdispls, n, "rdispls")?,
+            )
         };
+        let args = alltoall_args(op_name!(), dt, (sendBuf, sc, sd), (recvBuf, rc, rd))?;
         dispatch(c, args, stream as usize)
     })
 }
@@ -522,32 +416,26 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!(
-        "HcclAlltoAllVC",
-        sendBuf,
-        sendCountMatrix,
-        sendType,
-        recvBuf,
-        recvType,
-        comm,
-        stream
-    );
-    call("HcclAlltoAllVC", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendBuf, sendCountMatrix, sendType, recvBuf, recvType, stream; {
         let dt = same_type(sendType, recvType)?;
-        let n = c.size();
-        let cells = v::mul(n as u64, n as u64)?;
-        if cells > u32::MAX as u64 {
-            return Err(Error::new(ErrorKind::Para, "count matrix too large"));
+        let m = v::non_null(sendCountMatrix, "sendCountMatrix")? as *const u64;
+        let (me, n) = (c.rank() as usize, c.size() as usize);
+        // Only this rank's row (what it sends) and column (what it receives) are read: the
+        // whole matrix of a large communicator would be gigabytes.
+        let mut send_counts = Vec::with_capacity(n);
+        let mut recv_counts = Vec::with_capacity(n);
+        for p in 0..n {
+            // SAFETY: per the HCCL contract the matrix holds n × n uint64 values, and
+            // me, p < n (n ≤ MAX_RANKS, so the index fits).
+            unsafe {
+                send_counts.push(v::u64_at(m, me * n + p, "sendCountMatrix")?);
+                recv_counts.push(v::u64_at(m, p * n + me, "sendCountMatrix")?);
+            }
         }
-        let m = v::u64_array(sendCountMatrix, cells as u32, "sendCountMatrix")?;
-        let (me, n) = (c.rank() as usize, n as usize);
-        let send_counts: Vec<usize> = (0..n).map(|p| m[me * n + p]).collect();
-        let recv_counts: Vec<usize> = (0..n).map(|p| m[p * n + me]).collect();
-        let prefix = |v: &[usize]| -> crate::base::error::Result<Vec<usize>> {
-            let mut out = Vec::with_capacity(v.len());
+        let prefix = |counts: &[usize]| -> Result<Vec<usize>> {
+            let mut out = Vec::with_capacity(counts.len());
             let mut at = 0usize;
-            for &x in v {
+            for &x in counts {
                 out.push(at);
                 at = at
                     .checked_add(x)
@@ -557,59 +445,44 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
         };
         let send_displs = prefix(&send_counts)?;
         let recv_displs = prefix(&recv_counts)?;
-        let se = v::bytes(v::extent(&send_counts, &send_displs)? as u64, dt)?;
-        let re = v::bytes(v::extent(&recv_counts, &recv_displs)? as u64, dt)?;
-        let args = OpArgs {
-            name: "AlltoAllVC",
-            coll: Coll::AlltoAllV {
-                send_counts,
-                send_displs,
-                recv_counts,
-                recv_displs,
-            },
-            dtype: dt,
-            op: None,
-            send: v::buffer(sendBuf, se, "sendBuf")?,
-            recv: v::buffer(recvBuf, re, "recvBuf")?,
-            ext: Vec::new(),
-        };
+        let args = alltoall_args(
+            op_name!(),
+            dt,
+            (sendBuf, send_counts, send_displs),
+            (recvBuf, recv_counts, recv_displs),
+        )?;
         dispatch(c, args, stream as usize)
     })
 }
 
+/// One send or receive of `count` elements with `peer`.
 fn p2p(
+    name: &'static str,
+    c: std::sync::Arc<Communicator>,
     send: bool,
-    buf: *mut c_void,
-    count: u64,
-    dataType: HcclDataTypeRaw,
-    peer: u32,
-    comm: HcclComm,
+    (buf, count, dataType, peer): (*mut c_void, u64, HcclDataTypeRaw, u32),
     stream: aclrtStream,
-) -> HcclResult {
-    let api = if send { "HcclSend" } else { "HcclRecv" };
-    call(api, || {
-        let c = v::comm(comm)?;
-        let dt = v::dtype(dataType)?;
-        let peer = v::rank_in(peer, &c, if send { "destRank" } else { "srcRank" })?;
-        let n = v::bytes(count, dt)?;
-        let b = v::buffer(buf, n, if send { "sendBuf" } else { "recvBuf" })?;
-        let args = OpArgs {
-            name: if send { "Send" } else { "Recv" },
-            coll: Coll::P2p {
-                items: vec![P2pItem {
-                    send,
-                    peer,
-                    bytes: n,
-                }],
-            },
-            dtype: dt,
-            op: None,
-            send: 0,
-            recv: 0,
-            ext: vec![b],
-        };
-        dispatch(c, args, stream as usize)
-    })
+) -> Result<()> {
+    let dt = v::dtype(dataType)?;
+    let peer = v::rank_in(peer, &c, if send { "destRank" } else { "srcRank" })?;
+    let n = v::bytes(count, dt)?;
+    let b = v::buffer(buf, n, if send { "sendBuf" } else { "recvBuf" })?;
+    let args = OpArgs {
+        name,
+        coll: Coll::P2p {
+            items: vec![P2pItem {
+                send,
+                peer,
+                bytes: n,
+            }],
+        },
+        dtype: dt,
+        op: None,
+        send: 0,
+        recv: 0,
+        ext: vec![b],
+    };
+    dispatch(c, args, stream as usize)
 }
 
 /// Sends `count` elements to `destRank`, which must post the matching `HcclRecv`.
@@ -622,8 +495,9 @@ pub unsafe extern "C" fn HcclSend(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclSend", sendBuf, count, dataType, destRank, comm, stream);
-    p2p(true, sendBuf, count, dataType, destRank, comm, stream)
+    entry!(comm(comm => c), sendBuf, count, dataType, destRank, stream; {
+        p2p(op_name!(), c, true, (sendBuf, count, dataType, destRank), stream)
+    })
 }
 
 /// Receives `count` elements from `srcRank`.
@@ -636,8 +510,9 @@ pub unsafe extern "C" fn HcclRecv(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclRecv", recvBuf, count, dataType, srcRank, comm, stream);
-    p2p(false, recvBuf, count, dataType, srcRank, comm, stream)
+    entry!(comm(comm => c), recvBuf, count, dataType, srcRank, stream; {
+        p2p(op_name!(), c, false, (recvBuf, count, dataType, srcRank), stream)
+    })
 }
 
 /// Runs a batch of sends and receives together (they complete as one step, in any order).
@@ -648,18 +523,24 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry!("HcclBatchSendRecv", sendRecvInfo, itemNum, comm, stream);
-    call("HcclBatchSendRecv", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), sendRecvInfo, itemNum, stream; {
         if itemNum == 0 {
             return Ok(());
+        }
+        if itemNum > MAX_BATCH_ITEMS {
+            return Err(Error::new(
+                ErrorKind::Para,
+                format!("itemNum {itemNum} is more than {MAX_BATCH_ITEMS}"),
+            ));
         }
         let base = v::non_null_mut(sendRecvInfo, "sendRecvInfo")?;
         let mut items = Vec::with_capacity(itemNum as usize);
         let mut ext = Vec::with_capacity(itemNum as usize);
         for i in 0..itemNum as usize {
             // Fields are read as raw integers: an out-of-range enum value must not be assumed.
-            let it = std::ptr::read_unaligned(base.add(i));
+            // SAFETY: per the HCCL contract `sendRecvInfo` holds `itemNum` items.
+            let it = unsafe { base.add(i).read_unaligned() };
+            let at = |e: Error| e.context(format!("item {i}"));
             let send = match it.sendRecvType {
                 0 => true,
                 1 => false,
@@ -670,11 +551,10 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
                     ))
                 }
             };
-            let dt = v::dtype(it.dataType).map_err(|e| e.context(format!("item {i}")))?;
-            let peer = v::rank_in(it.remoteRank, &c, "remoteRank")
-                .map_err(|e| e.context(format!("item {i}")))?;
-            let n = v::bytes(it.count, dt)?;
-            ext.push(v::buffer(it.buf, n, "buf").map_err(|e| e.context(format!("item {i}")))?);
+            let dt = v::dtype(it.dataType).map_err(at)?;
+            let peer = v::rank_in(it.remoteRank, &c, "remoteRank").map_err(at)?;
+            let n = v::bytes(it.count, dt).map_err(at)?;
+            ext.push(v::buffer(it.buf, n, "buf").map_err(at)?);
             items.push(P2pItem {
                 send,
                 peer,
@@ -682,9 +562,9 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
             });
         }
         let args = OpArgs {
-            name: "BatchSendRecv",
+            name: op_name!(),
             coll: Coll::P2p { items },
-            dtype: crate::base::dtype::DataType::Uint8,
+            dtype: DataType::Uint8,
             op: None,
             send: 0,
             recv: 0,
@@ -697,13 +577,11 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
 /// Returns on every rank once all ranks have entered.
 #[no_mangle]
 pub unsafe extern "C" fn HcclBarrier(comm: HcclComm, stream: aclrtStream) -> HcclResult {
-    entry!("HcclBarrier", comm, stream);
-    call("HcclBarrier", || {
-        let c = v::comm(comm)?;
+    entry!(comm(comm => c), stream; {
         let args = OpArgs {
-            name: "Barrier",
+            name: op_name!(),
             coll: Coll::Barrier,
-            dtype: crate::base::dtype::DataType::Uint8,
+            dtype: DataType::Uint8,
             op: None,
             send: 0,
             recv: 0,

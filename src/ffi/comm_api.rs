@@ -1,6 +1,7 @@
 //! The communicator management functions of `hccl_comm.h`.
 //!
-//! This file is the source cbindgen reads for `include/hccl/hccl_comm.h`.
+//! This file is the source cbindgen reads for `include/hccl/hccl_comm.h`. Every body is one
+//! [`entry!`] (see [`super::boundary`]).
 //!
 //! # Safety
 //! These are C entry points with HCCL's contract: every pointer argument is either NULL
@@ -10,11 +11,12 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use std::ffi::CStr;
+use std::collections::HashSet;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
-use super::boundary::{call, not_supported, result_of};
+use super::boundary::{api_name, entry, not_supported};
 use super::config_read;
 use super::types::{
     HcclComm, HcclCommConfig, HcclCommStateCallback, HcclCommStatus, HcclCommSymWindow,
@@ -23,6 +25,7 @@ use super::types::{
 use super::validate as v;
 use crate::base::env::EnvConfig;
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::limits::{MAX_COMM_NAME_BYTES, MAX_PATH_BYTES};
 use crate::comm::config::{CommConfig, Overrides};
 use crate::comm::root_info::{RootInfo, ROOT_INFO_BYTES};
 use crate::comm::{group, registry, Communicator};
@@ -42,8 +45,14 @@ fn merged(ov: Overrides) -> Result<CommConfig> {
     CommConfig::merge(&ov, &env)
 }
 
+/// The fields a caller's `HcclCommConfig` sets.
+///
+/// # Safety
+/// `config`, when non-null, must point to a config written by `HcclCommConfigInit`.
 unsafe fn overrides(config: *const HcclCommConfig) -> Result<Overrides> {
-    config_read::read(v::non_null(config, "config")?)
+    let p = v::non_null(config, "config")?;
+    // SAFETY: non-null, and valid per the caller's contract.
+    unsafe { config_read::read(p) }
 }
 
 fn register(c: Communicator, out: *mut HcclComm) -> Result<()> {
@@ -59,24 +68,29 @@ fn register(c: Communicator, out: *mut HcclComm) -> Result<()> {
         }
     }
     let h = registry::insert(c);
-    // SAFETY: the caller checked `out` is non-null.
-    unsafe { *out = h as HcclComm };
+    // SAFETY: the caller checked `out` is non-null; C gave it as a writable handle slot.
+    unsafe { out.write(h as HcclComm) };
     Ok(())
 }
 
 /// Creates the rendezvous of a new communicator and describes it in `rootInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGetRootInfo(rootInfo: *mut HcclRootInfo) -> HcclResult {
-    call("HcclGetRootInfo", || {
+    entry!(rootInfo; {
         let out = v::non_null_mut(rootInfo, "rootInfo")?;
         let env = EnvConfig::global()?;
         let info = crate::comm::communicator::create_root_info(&env)?;
         let bytes = info.encode();
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, ROOT_INFO_BYTES);
+        // SAFETY: `out` is non-null and points to a caller-owned HcclRootInfo of exactly
+        // ROOT_INFO_BYTES bytes; the source is a local array, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, ROOT_INFO_BYTES) };
         Ok(())
     })
 }
 
+/// # Safety
+/// `rootInfo` and `comm`, when non-null, must be valid for reading a root info and writing a
+/// handle.
 unsafe fn init_root(
     nRanks: u32,
     rootInfo: *const HcclRootInfo,
@@ -86,13 +100,15 @@ unsafe fn init_root(
 ) -> Result<()> {
     let out = v::non_null_mut(comm, "comm")?;
     let info = v::non_null(rootInfo, "rootInfo")?;
-    if nRanks == 0 || rank >= nRanks {
+    v::rank_count(nRanks, "nRanks")?;
+    if rank >= nRanks {
         return Err(Error::new(
             ErrorKind::Para,
             format!("rank {rank} is out of range for {nRanks} ranks"),
         ));
     }
-    let blob = std::slice::from_raw_parts(info as *const u8, ROOT_INFO_BYTES);
+    // SAFETY: non-null, and an HcclRootInfo is exactly ROOT_INFO_BYTES readable bytes.
+    let blob = unsafe { std::slice::from_raw_parts(info as *const u8, ROOT_INFO_BYTES) };
     let ri = RootInfo::decode(blob)?;
     let cfg = merged(ov)?;
     let c = Communicator::init_root_info(nRanks, &ri, rank, cfg)?;
@@ -107,8 +123,9 @@ pub unsafe extern "C" fn HcclCommInitRootInfo(
     rank: u32,
     comm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommInitRootInfo", || {
-        init_root(nRanks, rootInfo, rank, Overrides::default(), comm)
+    entry!(nRanks, rootInfo, rank, comm; {
+        // SAFETY: the pointers come from C under this function's contract.
+        unsafe { init_root(nRanks, rootInfo, rank, Overrides::default(), comm) }
     })
 }
 
@@ -121,12 +138,17 @@ pub unsafe extern "C" fn HcclCommInitRootInfoConfig(
     config: *const HcclCommConfig,
     comm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommInitRootInfoConfig", || {
-        let ov = overrides(config)?;
-        init_root(nRanks, rootInfo, rank, ov, comm)
+    entry!(nRanks, rootInfo, rank, config, comm; {
+        // SAFETY: the pointers come from C under this function's contract.
+        unsafe {
+            let ov = overrides(config)?;
+            init_root(nRanks, rootInfo, rank, ov, comm)
+        }
     })
 }
 
+/// # Safety
+/// `clusterInfo`, when non-null, must be a NUL-terminated string; `comm` valid for writing.
 unsafe fn init_cluster(
     clusterInfo: *const c_char,
     rank: u32,
@@ -134,9 +156,8 @@ unsafe fn init_cluster(
     comm: *mut HcclComm,
 ) -> Result<()> {
     let out = v::non_null_mut(comm, "comm")?;
-    let path = CStr::from_ptr(v::non_null(clusterInfo, "clusterInfo")?)
-        .to_str()
-        .map_err(|_| Error::new(ErrorKind::Para, "clusterInfo path is not UTF-8"))?;
+    // SAFETY: a C string per the caller's contract; read up to the path bound only.
+    let path = unsafe { v::c_str(clusterInfo, MAX_PATH_BYTES, "clusterInfo") }?;
     let cfg = merged(ov)?;
     let c = Communicator::init_cluster(path, rank, cfg)?;
     register(c, out)
@@ -149,8 +170,9 @@ pub unsafe extern "C" fn HcclCommInitClusterInfo(
     rank: u32,
     comm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommInitClusterInfo", || {
-        init_cluster(clusterInfo, rank, Overrides::default(), comm)
+    entry!(clusterInfo, rank, comm; {
+        // SAFETY: the pointers come from C under this function's contract.
+        unsafe { init_cluster(clusterInfo, rank, Overrides::default(), comm) }
     })
 }
 
@@ -162,9 +184,12 @@ pub unsafe extern "C" fn HcclCommInitClusterInfoConfig(
     config: *mut HcclCommConfig,
     comm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommInitClusterInfoConfig", || {
-        let ov = overrides(config)?;
-        init_cluster(clusterInfo, rank, ov, comm)
+    entry!(clusterInfo, rank, config, comm; {
+        // SAFETY: the pointers come from C under this function's contract.
+        unsafe {
+            let ov = overrides(config)?;
+            init_cluster(clusterInfo, rank, ov, comm)
+        }
     })
 }
 
@@ -179,22 +204,26 @@ pub unsafe extern "C" fn HcclCreateSubCommConfig(
     config: *mut HcclCommConfig,
     subComm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCreateSubCommConfig", || {
-        let parent_h = *v::non_null_mut(comm, "comm")?;
+    entry!(comm, rankNum, rankIds, subCommId, subCommRankId, config, subComm; {
+        let handle = v::non_null_mut(comm, "comm")?;
+        // SAFETY: non-null; C passes the address of its parent handle.
+        let parent = v::comm(unsafe { handle.read() })?;
         let out = v::non_null_mut(subComm, "subComm")?;
-        let parent = v::comm(parent_h)?;
         if rankNum == 0 || rankNum > parent.size() {
             return Err(Error::new(
                 ErrorKind::Para,
                 format!("rankNum {rankNum} must be in 1..={}", parent.size()),
             ));
         }
-        let ids =
-            std::slice::from_raw_parts(v::non_null_mut(rankIds, "rankIds")?, rankNum as usize);
+        let ids = v::non_null_mut(rankIds, "rankIds")?;
+        // SAFETY: non-null, and per the contract an array of `rankNum` rank ids; rankNum is at
+        // most the parent's size, itself bounded by MAX_RANKS.
+        let ids = unsafe { std::slice::from_raw_parts(ids, rankNum as usize) };
         let ov = if config.is_null() {
             Overrides::default()
         } else {
-            overrides(config)?
+            // SAFETY: non-null, and a config from HcclCommConfigInit per the contract.
+            unsafe { overrides(config) }?
         };
         let cfg = merged(ov)?;
         let c = parent.create_sub(ids, subCommId, subCommRankId, cfg)?;
@@ -209,14 +238,15 @@ pub unsafe extern "C" fn HcclCommInitAll(
     devices: *mut i32,
     comms: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommInitAll", || {
+    entry!(ndev, devices, comms; {
         let out = v::non_null_mut(comms, "comms")?;
-        let devs = std::slice::from_raw_parts(v::non_null_mut(devices, "devices")?, ndev as usize);
-        if ndev == 0 {
-            return Err(Error::new(ErrorKind::Para, "ndev must be at least 1"));
-        }
+        let devs = v::non_null_mut(devices, "devices")?;
+        v::rank_count(ndev, "ndev")?;
+        // SAFETY: non-null, and per the contract an array of `ndev` device ids (bounded above).
+        let devs = unsafe { std::slice::from_raw_parts(devs, ndev as usize) };
+        let mut seen = HashSet::with_capacity(devs.len());
         for (i, d) in devs.iter().enumerate() {
-            if *d < 0 || devs[..i].contains(d) {
+            if *d < 0 || !seen.insert(*d) {
                 return Err(Error::new(
                     ErrorKind::Para,
                     format!("devices[{i}] = {d} is negative or repeated"),
@@ -226,7 +256,9 @@ pub unsafe extern "C" fn HcclCommInitAll(
         let cfg = merged(Overrides::default())?;
         let all = Communicator::init_all(devs, cfg)?;
         for (i, c) in all.into_iter().enumerate() {
-            *out.add(i) = registry::insert(c) as HcclComm;
+            // SAFETY: `comms` is non-null and per the contract has room for `ndev` handles;
+            // init_all returns exactly one communicator per device.
+            unsafe { out.add(i).write(registry::insert(c) as HcclComm) };
         }
         Ok(())
     })
@@ -235,48 +267,71 @@ pub unsafe extern "C" fn HcclCommInitAll(
 /// Destroys a communicator handle and frees everything it holds.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> HcclResult {
-    call("HcclCommDestroy", || {
-        if comm.is_null() {
-            return Err(Error::new(ErrorKind::Ptr, "comm is NULL"));
-        }
+    entry!(comm(comm => c); {
+        drop(c);
         let c = registry::remove(comm as usize)?;
         log::info!("comm {} rank {} destroyed", c.name(), c.rank());
         Ok(())
     })
 }
 
+/// Writes `value` to a non-null C out-parameter.
+///
+/// # Safety
+/// `out`, when non-null, must be valid for writing a `T`.
+unsafe fn write_out<T>(out: *mut T, what: &str, value: T) -> Result<()> {
+    let out = v::non_null_mut(out, what)?;
+    // SAFETY: non-null and writable per the caller's contract; C pointers need not be aligned
+    // for Rust's rules, so write without assuming it.
+    unsafe { out.write_unaligned(value) };
+    Ok(())
+}
+
 /// Number of ranks of `comm`.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGetRankSize(comm: HcclComm, rankSize: *mut u32) -> HcclResult {
-    call("HcclGetRankSize", || {
-        let out = v::non_null_mut(rankSize, "rankSize")?;
-        *out = v::comm(comm)?.size();
-        Ok(())
+    entry!(comm(comm => c), rankSize; {
+        // SAFETY: an out-parameter from C.
+        unsafe { write_out(rankSize, "rankSize", c.size()) }
     })
 }
 
 /// This rank's id in `comm`.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGetRankId(comm: HcclComm, rank: *mut u32) -> HcclResult {
-    call("HcclGetRankId", || {
-        let out = v::non_null_mut(rank, "rank")?;
-        *out = v::comm(comm)?.rank();
-        Ok(())
+    entry!(comm(comm => c), rank; {
+        // SAFETY: an out-parameter from C.
+        unsafe { write_out(rank, "rank", c.rank()) }
     })
 }
 
 /// Writes the communicator's name (NUL-terminated, at most 128 bytes) to `commName`.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGetCommName(comm: HcclComm, commName: *mut c_char) -> HcclResult {
-    call("HcclGetCommName", || {
+    entry!(comm(comm => c), commName; {
         let out = v::non_null_mut(commName, "commName")?;
-        let c = v::comm(comm)?;
         let name = c.name().as_bytes();
-        let n = name.len().min(127);
-        std::ptr::copy_nonoverlapping(name.as_ptr(), out as *mut u8, n);
-        *out.add(n) = 0;
+        let n = name.len().min(MAX_COMM_NAME_BYTES);
+        // SAFETY: the caller's buffer holds COMM_NAME_MAX_LENGTH (128) bytes: n + 1 ≤ 128
+        // are written, from a Rust string that cannot overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(name.as_ptr(), out as *mut u8, n);
+            out.add(n).write(0);
+        }
         Ok(())
     })
+}
+
+/// The live communicator of this process named by the C string `name`.
+///
+/// # Safety
+/// `name`, when non-null, must be a NUL-terminated string.
+unsafe fn by_name(name: *const c_char, what: &str) -> Result<(usize, Arc<Communicator>)> {
+    // SAFETY: a C string per the caller's contract; read up to the name bound only.
+    let name = unsafe { v::c_str(name, MAX_COMM_NAME_BYTES, what) }?;
+    let h = registry::find_by_name(name)
+        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("no communicator named {name}")))?;
+    Ok((h, registry::get(h)?))
 }
 
 /// Finds a communicator of this process by name.
@@ -285,59 +340,32 @@ pub unsafe extern "C" fn HcclCommGetHandleWithName(
     commName: *const c_char,
     comm: *mut HcclComm,
 ) -> HcclResult {
-    call("HcclCommGetHandleWithName", || {
-        let out = v::non_null_mut(comm, "comm")?;
-        let name = CStr::from_ptr(v::non_null(commName, "commName")?).to_string_lossy();
-        let h = registry::find_by_name(&name).ok_or_else(|| {
-            Error::new(ErrorKind::NotFound, format!("no communicator named {name}"))
-        })?;
-        *out = h as HcclComm;
-        Ok(())
+    entry!(commName, comm; {
+        v::non_null_mut(comm, "comm")?;
+        // SAFETY: C string and out-parameter from C.
+        unsafe {
+            let (h, _) = by_name(commName, "commName")?;
+            write_out(comm, "comm", h as HcclComm)
+        }
     })
 }
 
 /// A static description of a result code.
 #[no_mangle]
 pub extern "C" fn HcclGetErrorString(code: HcclResultRaw) -> *const c_char {
-    let s: &'static [u8] = match code {
-        0 => b"success\0",
-        1 => b"parameter error\0",
-        2 => b"empty pointer\0",
-        3 => b"memory error\0",
-        4 => b"internal error\0",
-        5 => b"not supported\0",
-        6 => b"resource not found\0",
-        7 => b"resource unavailable\0",
-        8 => b"system call error\0",
-        9 => b"timeout\0",
-        10 => b"open file failure\0",
-        11 => b"tcp connect failure\0",
-        12 => b"roce connect failure\0",
-        13 => b"tcp transfer failure\0",
-        14 => b"roce transfer failure\0",
-        15 => b"runtime error\0",
-        16 => b"driver error\0",
-        17 => b"profiling error\0",
-        18 => b"cce error\0",
-        19 => b"network error\0",
-        20 => b"try again\0",
-        21 => b"error on a remote rank\0",
-        22 => b"communicator suspending\0",
-        23 => b"operation retry failed\0",
-        24 => b"out of memory\0",
-        1041 => b"error in communicator status\0",
-        _ => b"unknown error code\0",
-    };
-    s.as_ptr() as *const c_char
+    entry!(value c"unknown error code".as_ptr(); code; {
+        HcclResult::from_raw(code)
+            .map_or(c"unknown error code", HcclResult::describe)
+            .as_ptr()
+    })
 }
 
 /// Sets a process-wide option (only `HCCL_DETERMINISTIC`: 0 off, 1 on, 2 strict) for
 /// communicators created afterwards.
 #[no_mangle]
 pub extern "C" fn HcclSetConfig(config: HcclConfigRaw, configValue: HcclConfigValue) -> HcclResult {
-    call("HcclSetConfig", || {
-        // SAFETY: the union has a single i32 member.
-        let val = unsafe { configValue.value };
+    entry!(config, configValue; {
+        let val = configValue.get();
         match config {
             0 if (0..=2).contains(&val) => {
                 DETERMINISTIC.store(val, Ordering::Relaxed);
@@ -361,12 +389,12 @@ pub unsafe extern "C" fn HcclGetConfig(
     config: HcclConfigRaw,
     configValue: *mut HcclConfigValue,
 ) -> HcclResult {
-    call("HcclGetConfig", || {
-        let out = v::non_null_mut(configValue, "configValue")?;
+    entry!(config, configValue; {
+        v::non_null_mut(configValue, "configValue")?;
         match config {
             0 => {
                 let d = DETERMINISTIC.load(Ordering::Relaxed);
-                let val = if d >= 0 {
+                let value = if d >= 0 {
                     d
                 } else {
                     match EnvConfig::global()?.deterministic {
@@ -375,8 +403,8 @@ pub unsafe extern "C" fn HcclGetConfig(
                         crate::base::env::Deterministic::Strict => 2,
                     }
                 };
-                (*out).value = val;
-                Ok(())
+                // SAFETY: an out-parameter from C.
+                unsafe { write_out(configValue, "configValue", HcclConfigValue { value }) }
             }
             c => Err(Error::new(
                 ErrorKind::Para,
@@ -392,7 +420,7 @@ pub extern "C" fn HcclGetCommConfigCapability() -> u32 {
     // Buffer size, determinism, name, expansion mode (host only), init by env, world rank id,
     // job id, graph zero-copy (no graphs: nothing to copy), exec timeout and algorithm are
     // honoured; retry is not.
-    10
+    entry!(value 10; ; { 10 })
 }
 
 /// The first error of an operation that failed on `comm` (HCCL_SUCCESS if none).
@@ -401,23 +429,21 @@ pub unsafe extern "C" fn HcclGetCommAsyncError(
     comm: HcclComm,
     asyncError: *mut HcclResult,
 ) -> HcclResult {
-    call("HcclGetCommAsyncError", || {
-        let out = v::non_null_mut(asyncError, "asyncError")?;
-        let c = v::comm(comm)?;
-        *out = c
+    entry!(comm(comm => c), asyncError; {
+        let code = c
             .async_error()
-            .map_or(HcclResult::HCCL_SUCCESS, |e| result_of(e.kind));
-        Ok(())
+            .map_or(HcclResult::HCCL_SUCCESS, |e| e.kind.result());
+        // SAFETY: an out-parameter from C.
+        unsafe { write_out(asyncError, "asyncError", code) }
     })
 }
 
 /// Suspending a communicator needs the vendor's fault-recovery support.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommSuspend(comm: HcclComm) -> HcclResult {
-    call("HcclCommSuspend", || {
-        v::comm(comm)?;
+    entry!(comm(comm => _c); {
         Err(not_supported(
-            "HcclCommSuspend",
+            api_name!(),
             "communicator suspension needs NPU fault recovery",
         ))
     })
@@ -426,10 +452,9 @@ pub unsafe extern "C" fn HcclCommSuspend(comm: HcclComm) -> HcclResult {
 /// Resuming a communicator needs the vendor's fault-recovery support.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommResume(comm: HcclComm) -> HcclResult {
-    call("HcclCommResume", || {
-        v::comm(comm)?;
+    entry!(comm(comm => _c); {
         Err(not_supported(
-            "HcclCommResume",
+            api_name!(),
             "communicator suspension needs NPU fault recovery",
         ))
     })
@@ -441,19 +466,18 @@ pub unsafe extern "C" fn HcclCommGetStatus(
     commId: *const c_char,
     status: *mut HcclCommStatus,
 ) -> HcclResult {
-    call("HcclCommGetStatus", || {
-        let out = v::non_null_mut(status, "status")?;
-        let name = CStr::from_ptr(v::non_null(commId, "commId")?).to_string_lossy();
-        let h = registry::find_by_name(&name).ok_or_else(|| {
-            Error::new(ErrorKind::NotFound, format!("no communicator named {name}"))
-        })?;
-        let c = registry::get(h)?;
-        *out = if c.async_error().is_some() {
-            HcclCommStatus::HCCL_COMM_STATUS_INVALID
-        } else {
-            HcclCommStatus::HCCL_COMM_STATUS_READY
-        };
-        Ok(())
+    entry!(commId, status; {
+        v::non_null_mut(status, "status")?;
+        // SAFETY: C string and out-parameter from C.
+        unsafe {
+            let (_, c) = by_name(commId, "commId")?;
+            let s = if c.async_error().is_some() {
+                HcclCommStatus::HCCL_COMM_STATUS_INVALID
+            } else {
+                HcclCommStatus::HCCL_COMM_STATUS_READY
+            };
+            write_out(status, "status", s)
+        }
     })
 }
 
@@ -464,10 +488,9 @@ pub unsafe extern "C" fn HcclCommRegCommStateCallback(
     cb: HcclCommStateCallback,
     args: *mut c_void,
 ) -> HcclResult {
-    let _ = (regName, cb, args);
-    call("HcclCommRegCommStateCallback", || {
+    entry!(regName, cb, args; {
         Err(not_supported(
-            "HcclCommRegCommStateCallback",
+            api_name!(),
             "communicator state callbacks need NPU fault recovery",
         ))
     })
@@ -476,7 +499,7 @@ pub unsafe extern "C" fn HcclCommRegCommStateCallback(
 /// Opens a group: operations issued until the matching `HcclGroupEnd` launch together.
 #[no_mangle]
 pub extern "C" fn HcclGroupStart() -> HcclResult {
-    call("HcclGroupStart", || {
+    entry!(; {
         group::start();
         Ok(())
     })
@@ -485,26 +508,24 @@ pub extern "C" fn HcclGroupStart() -> HcclResult {
 /// Closes a group; the outermost end launches the recorded operations.
 #[no_mangle]
 pub extern "C" fn HcclGroupEnd() -> HcclResult {
-    call("HcclGroupEnd", group::end)
+    entry!(; { group::end() })
 }
 
 /// Whether the calling thread is inside a group.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGroupStatusGet(isGroupEnabled: *mut bool) -> HcclResult {
-    call("HcclGroupStatusGet", || {
-        *v::non_null_mut(isGroupEnabled, "isGroupEnabled")? = group::active();
-        Ok(())
+    entry!(isGroupEnabled; {
+        // SAFETY: an out-parameter from C.
+        unsafe { write_out(isGroupEnabled, "isGroupEnabled", group::active()) }
     })
 }
 
-fn npu_only(api: &'static str, comm: HcclComm) -> HcclResult {
-    call(api, || {
-        v::comm(comm)?;
-        Err(not_supported(
-            api,
-            "device virtual memory management needs NPU hardware",
-        ))
-    })
+/// The answer of every entry point that needs NPU device memory.
+fn npu_memory(api: &str) -> Result<()> {
+    Err(not_supported(
+        api,
+        "device virtual memory management needs NPU hardware",
+    ))
 }
 
 /// Needs NPU virtual memory management.
@@ -516,8 +537,7 @@ pub unsafe extern "C" fn HcclCommSetMemoryRange(
     alignment: usize,
     flags: u64,
 ) -> HcclResult {
-    let _ = (baseVirPtr, size, alignment, flags);
-    npu_only("HcclCommSetMemoryRange", comm)
+    entry!(comm(comm => _c), baseVirPtr, size, alignment, flags; { npu_memory(api_name!()) })
 }
 
 /// Needs NPU virtual memory management.
@@ -526,8 +546,7 @@ pub unsafe extern "C" fn HcclCommUnsetMemoryRange(
     comm: HcclComm,
     baseVirPtr: *mut c_void,
 ) -> HcclResult {
-    let _ = baseVirPtr;
-    npu_only("HcclCommUnsetMemoryRange", comm)
+    entry!(comm(comm => _c), baseVirPtr; { npu_memory(api_name!()) })
 }
 
 /// Needs NPU virtual memory management.
@@ -540,8 +559,7 @@ pub unsafe extern "C" fn HcclCommActivateCommMemory(
     handle: *mut c_void,
     flags: u64,
 ) -> HcclResult {
-    let _ = (virPtr, size, offset, handle, flags);
-    npu_only("HcclCommActivateCommMemory", comm)
+    entry!(comm(comm => _c), virPtr, size, offset, handle, flags; { npu_memory(api_name!()) })
 }
 
 /// Needs NPU virtual memory management.
@@ -550,8 +568,7 @@ pub unsafe extern "C" fn HcclCommDeactivateCommMemory(
     comm: HcclComm,
     virPtr: *mut c_void,
 ) -> HcclResult {
-    let _ = virPtr;
-    npu_only("HcclCommDeactivateCommMemory", comm)
+    entry!(comm(comm => _c), virPtr; { npu_memory(api_name!()) })
 }
 
 /// Switching to backup device NICs needs NPU NICs.
@@ -562,13 +579,8 @@ pub unsafe extern "C" fn HcclCommWorkingDevNicSet(
     useBackup: *mut bool,
     nRanks: u32,
 ) -> HcclResult {
-    let _ = (ranks, useBackup, nRanks);
-    call("HcclCommWorkingDevNicSet", || {
-        v::comm(comm)?;
-        Err(not_supported(
-            "HcclCommWorkingDevNicSet",
-            "device NIC switching needs NPU NICs",
-        ))
+    entry!(comm(comm => _c), ranks, useBackup, nRanks; {
+        Err(not_supported(api_name!(), "device NIC switching needs NPU NICs"))
     })
 }
 
@@ -581,19 +593,14 @@ pub unsafe extern "C" fn HcclCommSymWinRegister(
     win: *mut HcclCommSymWindow,
     flag: u32,
 ) -> HcclResult {
-    let _ = (addr, size, win, flag);
-    npu_only("HcclCommSymWinRegister", comm)
+    entry!(comm(comm => _c), addr, size, win, flag; { npu_memory(api_name!()) })
 }
 
 /// Symmetric windows need NPU memory mapped across devices.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommSymWinDeregister(win: HcclCommSymWindow) -> HcclResult {
-    let _ = win;
-    call("HcclCommSymWinDeregister", || {
-        Err(not_supported(
-            "HcclCommSymWinDeregister",
-            "symmetric windows need NPU hardware",
-        ))
+    entry!(win; {
+        Err(not_supported(api_name!(), "symmetric windows need NPU hardware"))
     })
 }
 
@@ -606,8 +613,7 @@ pub unsafe extern "C" fn HcclCommSymWinGet(
     win: *mut HcclCommSymWindow,
     offset: *mut usize,
 ) -> HcclResult {
-    let _ = (ptr, size, win, offset);
-    npu_only("HcclCommSymWinGet", comm)
+    entry!(comm(comm => _c), ptr, size, win, offset; { npu_memory(api_name!()) })
 }
 
 /// Device-side configuration queries need NPU hardware.
@@ -618,13 +624,8 @@ pub unsafe extern "C" fn HcclConfigGetInfo(
     infoLen: u32,
     info: *mut c_void,
 ) -> HcclResult {
-    let _ = (cfgType, infoLen, info);
-    call("HcclConfigGetInfo", || {
-        v::comm(comm)?;
-        Err(not_supported(
-            "HcclConfigGetInfo",
-            "device configuration queries need NPU hardware",
-        ))
+    entry!(comm(comm => _c), cfgType, infoLen, info; {
+        Err(not_supported(api_name!(), "device configuration queries need NPU hardware"))
     })
 }
 
@@ -637,15 +638,13 @@ pub unsafe extern "C" fn HcclCommRegister(
     handle: *mut *mut c_void,
     flag: u32,
 ) -> HcclResult {
-    let _ = (addr, size, handle, flag);
-    npu_only("HcclCommRegister", comm)
+    entry!(comm(comm => _c), addr, size, handle, flag; { npu_memory(api_name!()) })
 }
 
 /// Registering memory windows needs NPU memory.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDeregister(comm: HcclComm, handle: *mut c_void) -> HcclResult {
-    let _ = handle;
-    npu_only("HcclCommDeregister", comm)
+    entry!(comm(comm => _c), handle; { npu_memory(api_name!()) })
 }
 
 /// Exchanging memory windows needs NPU memory.
@@ -656,6 +655,5 @@ pub unsafe extern "C" fn HcclCommExchangeMem(
     peerRanks: *mut u32,
     peerRankNum: u32,
 ) -> HcclResult {
-    let _ = (windowHandle, peerRanks, peerRankNum);
-    npu_only("HcclCommExchangeMem", comm)
+    entry!(comm(comm => _c), windowHandle, peerRanks, peerRankNum; { npu_memory(api_name!()) })
 }

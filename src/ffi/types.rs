@@ -7,6 +7,7 @@
 
 #![allow(non_camel_case_types, non_snake_case)]
 
+use std::fmt;
 use std::os::raw::{c_char, c_void};
 
 /// Opaque communicator handle.
@@ -19,38 +20,9 @@ pub type HcclCommSymWindow = *mut c_void;
 /// Size in bytes of the opaque root info blob.
 pub const HCCL_ROOT_INFO_BYTES: usize = 4108;
 
-/// Result code of every HCCL call.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HcclResult {
-    HCCL_SUCCESS = 0,
-    HCCL_E_PARA = 1,
-    HCCL_E_PTR = 2,
-    HCCL_E_MEMORY = 3,
-    HCCL_E_INTERNAL = 4,
-    HCCL_E_NOT_SUPPORT = 5,
-    HCCL_E_NOT_FOUND = 6,
-    HCCL_E_UNAVAIL = 7,
-    HCCL_E_SYSCALL = 8,
-    HCCL_E_TIMEOUT = 9,
-    HCCL_E_OPEN_FILE_FAILURE = 10,
-    HCCL_E_TCP_CONNECT = 11,
-    HCCL_E_ROCE_CONNECT = 12,
-    HCCL_E_TCP_TRANSFER = 13,
-    HCCL_E_ROCE_TRANSFER = 14,
-    HCCL_E_RUNTIME = 15,
-    HCCL_E_DRV = 16,
-    HCCL_E_PROFILING = 17,
-    HCCL_E_CCE = 18,
-    HCCL_E_NETWORK = 19,
-    HCCL_E_AGAIN = 20,
-    HCCL_E_REMOTE = 21,
-    HCCL_E_SUSPENDING = 22,
-    HCCL_E_OPRETRY_FAIL = 23,
-    HCCL_E_OOM = 24,
-    HCCL_E_IN_STATUS = 1041,
-    HCCL_E_RESERVED = 1042,
-}
+/// Result code of every HCCL call: the literal enum lives in the result-code table (cbindgen
+/// reads it there), from which the error kinds and `HcclGetErrorString` derive.
+pub use result_codes::HcclResult;
 
 /// Reduction operator.
 #[repr(C)]
@@ -108,6 +80,20 @@ pub enum HcclConfig {
 #[derive(Clone, Copy)]
 pub union HcclConfigValue {
     pub value: i32,
+}
+
+impl HcclConfigValue {
+    /// The value (the union's only member).
+    pub fn get(self) -> i32 {
+        // SAFETY: the union's only member is an i32, and every bit pattern is a valid i32.
+        unsafe { self.value }
+    }
+}
+
+impl fmt::Debug for HcclConfigValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 /// Communicator status.

@@ -170,33 +170,46 @@ mod tests {
     use crate::transport::backoff::Until;
     use std::sync::Arc;
 
+    /// How long the sleeper would sleep without a wake-up: far beyond any scheduling delay on a
+    /// loaded machine, so a wait that ends well before it was ended by the ring.
+    const SLEEP_MS: i32 = 60_000;
+
+    /// One waiter goes to sleep on the bell (futex, or poll with a pipe); once it is asleep
+    /// another thread rings. The wait must end because of the ring, long before its timeout:
+    /// a lost wake-up shows as a wait that lasted its whole timeout.
     fn wakes(poll_mode: bool) {
         let bell = Arc::new(Doorbell::new(1).unwrap());
         let seen = bell.seq();
-        let b2 = bell.clone();
-        let t = std::thread::spawn(move || b2.ring());
-        // A lost wake-up shows as this loop never ending (the harness times out); a wait that
-        // returned without a ring is caught by the final assertion.
         let (r, w) = {
             let mut fds = [0i32; 2];
             // SAFETY: pipe fills two descriptors.
             assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
             (fds[0], fds[1])
         };
-        loop {
+        let b2 = bell.clone();
+        let sleeper = std::thread::spawn(move || {
             let mut extra = [libc::pollfd {
                 fd: r,
                 events: libc::POLLIN,
                 revents: 0,
             }];
             let slice: &mut [libc::pollfd] = if poll_mode { &mut extra } else { &mut [] };
-            bell.wait(seen, slice, 10_000, &mut Until(|| false));
-            if bell.seq() != seen {
-                break;
-            }
+            let t = std::time::Instant::now();
+            b2.wait(seen, slice, SLEEP_MS, &mut Until(|| false));
+            t.elapsed()
+        });
+        // Ring only once the sleeper has published that it sleeps (after its backoff phase).
+        let asleep = if poll_mode { POLL_SLEEP } else { FUTEX_SLEEP };
+        while bell.sleeping.load(Ordering::SeqCst) != asleep {
+            std::thread::yield_now();
         }
-        t.join().unwrap();
+        bell.ring();
+        let waited = sleeper.join().unwrap();
         assert_eq!(bell.seq(), seen + 1);
+        assert!(
+            waited < Duration::from_millis(SLEEP_MS as u64 / 2),
+            "the ring did not wake the sleeper: it slept {waited:?}"
+        );
         // SAFETY: closing the pipe we opened.
         unsafe {
             libc::close(r);

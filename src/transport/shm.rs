@@ -65,6 +65,22 @@ pub const MAX_RING_BYTES: usize = 1 << 20;
 const MIN_SLOT_BYTES: usize = 4096;
 /// Messages at least this large go single-copy when permitted.
 pub const SINGLE_COPY_MIN: usize = 64 << 10;
+/// Same-host peers a rank needs before it reads single-copy when `HCCL_SHM_SINGLE_COPY` is
+/// unset. With one peer the rank's two staging rings (at most 1 MiB each way) stay in cache, so
+/// staging moves no more bytes through memory than reading the sender's buffer directly (the
+/// source is read and the destination written once either way) and both processes copy at
+/// once, while single copy adds pinning the peer's pages and a kernel copy per 256 KiB-1 MiB
+/// step: with two processes it measured slower (1.1-2x at 2-64 MiB). With more peers the rings
+/// a rank cycles through outgrow the cache, each staged byte costs a memory write and read
+/// more, and single copy stays on.
+pub const SINGLE_COPY_MIN_PEERS: usize = 2;
+
+/// Whether a rank with `peers` same-host peers in other processes reads their large messages
+/// single-copy: as `setting` (`HCCL_SHM_SINGLE_COPY`) says, or when unset, with at least
+/// [`SINGLE_COPY_MIN_PEERS`] of them.
+pub fn single_copy_wanted(setting: Option<bool>, peers: usize) -> bool {
+    setting.unwrap_or(peers >= SINGLE_COPY_MIN_PEERS)
+}
 /// Bytes a single-copy receive moves per progress call, so other links keep moving meanwhile.
 const CMA_STEP: usize = 1 << 20;
 /// Chunk fetched from the sender before reducing it: small enough to stay in L2.
@@ -1065,16 +1081,35 @@ mod tests {
         let mut nothing = Until(|| false);
         assert!(!seg.wait(seen, Duration::from_millis(20), &mut nothing));
         assert!(t0.elapsed() >= Duration::from_millis(15));
+        // Ring once the waiter has published that it sleeps on the futex (not after a sleep
+        // that is hoped to be long enough).
+        let watch = seg.clone();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            let sleepers = watch.map.u32_at(OFF_SLEEPERS);
+            while sleepers.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
             a.peer_map.ring();
             a
         });
-        let t0 = Instant::now();
+        // Each wait sleeps at most SLEEP_TICK: a few hundred of them without the ring means it
+        // never came.
+        let mut waits = 0;
         while !seg.wait(seen, Duration::from_secs(5), &mut nothing) {
-            assert!(t0.elapsed() < Duration::from_secs(5), "wake-up lost");
+            waits += 1;
+            assert!(waits < 400, "the ring never ended the wait");
         }
+        assert_ne!(seg.bell_seq(), seen);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn single_copy_by_default_only_with_several_peers() {
+        assert!(!single_copy_wanted(None, 1));
+        assert!(single_copy_wanted(None, 2));
+        assert!(single_copy_wanted(None, 7));
+        assert!(single_copy_wanted(Some(true), 1));
+        assert!(!single_copy_wanted(Some(false), 7));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod skip;
 
 use std::any::Any;
 use std::cell::RefCell;

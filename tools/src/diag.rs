@@ -20,6 +20,7 @@
 use std::ffi::{CString, OsString};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, TcpListener, ToSocketAddrs};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::ptr::null_mut;
@@ -167,6 +168,7 @@ fn shm_status() -> String {
     let c = CString::new("/dev/shm").unwrap_or_default();
     // SAFETY: zeroed statvfs is a valid out buffer; `c` is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: a valid path and an out buffer of the right type.
     let free_mib = (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
         .then(|| (st.f_bavail as u64 * st.f_frsize as u64) >> 20);
     match (writable, free_mib) {
@@ -514,7 +516,10 @@ fn bootstrap(w: &World, o: &Options) -> Result<HcclComm, String> {
         if w.size > 1 {
             let blob: [u8; HCCL_ROOT_INFO_BYTES] = ri.internal.map(|c| c as u8);
             let server = world::InfoServer::start(w, blob)?;
-            let comm = crate::init_comm(w.size, &ri, w.rank)?;
+            let comm = match crate::init_comm(w.size, &ri, w.rank) {
+                Ok(c) => c,
+                Err(e) => return Err(server.explain(e)),
+            };
             server.join()?;
             return Ok(comm);
         }
@@ -792,6 +797,7 @@ fn set_default(var: &str, secs: u64) {
 
 /// `hccl_diag`'s entry point.
 pub fn main() -> ExitCode {
+    crate::quiet_on_closed_pipe();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let o = match parse(args.clone()) {
         Ok(Parsed::Run(o)) => o,
@@ -852,6 +858,12 @@ pub fn main() -> ExitCode {
         Ok(crate::launcher::Outcome::Success) => ExitCode::SUCCESS,
         Ok(out) => {
             match &out {
+                crate::launcher::Outcome::Failed { status, .. }
+                    if status.signal() == Some(libc::SIGPIPE) =>
+                {
+                    // The report's reader went away (`hccl_diag | head`): end as quietly.
+                    crate::die_of_sigpipe()
+                }
                 crate::launcher::Outcome::Failed { rank, .. } => {
                     eprintln!("hccl_diag: UNHEALTHY: rank {rank} failed (see above)")
                 }

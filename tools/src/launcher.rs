@@ -231,12 +231,19 @@ fn wait_exit_unreaped(pid: i32) {
     }
 }
 
+/// Held while one line goes out, on stdout or stderr: both may be the same pipe or terminal,
+/// and a line must reach it in one piece, never split by another rank's.
+static OUTPUT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn pump(rank: u32, prefix: bool, src: impl Read, to_stderr: bool) {
     let mut r = BufReader::new(src);
-    let mut line = Vec::new();
     let tag = format!("[{rank}] ");
+    let mut line = Vec::new();
     loop {
         line.clear();
+        if prefix {
+            line.extend_from_slice(tag.as_bytes());
+        }
         match r.read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
@@ -244,13 +251,8 @@ fn pump(rank: u32, prefix: bool, src: impl Read, to_stderr: bool) {
         if !line.ends_with(b"\n") {
             line.push(b'\n');
         }
-        let write = |w: &mut dyn Write| {
-            if prefix {
-                w.write_all(tag.as_bytes())?;
-            }
-            w.write_all(&line)?;
-            w.flush()
-        };
+        let write = |w: &mut dyn Write| w.write_all(&line).and_then(|()| w.flush());
+        let _one_line = OUTPUT.lock().unwrap_or_else(|e| e.into_inner());
         // A closed terminal or pipe on our side must not stop the rank: keep draining.
         let _ = if to_stderr {
             write(&mut std::io::stderr().lock())
@@ -461,6 +463,7 @@ fn describe(status: &ExitStatus) -> String {
 
 /// `hcclrun`'s entry point.
 pub fn main() -> ExitCode {
+    crate::quiet_on_closed_pipe();
     let o = match parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {

@@ -14,6 +14,8 @@
 //! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
 //! 2 on a usage error.
 
+// Every unsafe operation sits in an `unsafe {}` block that says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod check;
@@ -49,6 +51,38 @@ use report::{CheckResult, Reporter, Row, RunInfo};
 /// (value `corrupt`), so tests can prove that a failure is reported.
 pub const FAULT_ENV: &str = "HCCL_TEST_FAULT_INJECT";
 
+/// Makes a closed stdout or stderr (`tool | head -1`) end the process as it ends a C tool:
+/// killed by `SIGPIPE`, which shells do not report, instead of a panic message. Rust ignores
+/// `SIGPIPE`, so a write to a closed pipe fails with `EPIPE` and `print!` panics; restoring the
+/// signal's default instead would also let a socket write to a dead peer kill the process.
+/// Every tool's `main` calls this first.
+pub fn quiet_on_closed_pipe() {
+    let next = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let epipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+        if msg.starts_with("failed printing to std") && msg.ends_with(&epipe) {
+            die_of_sigpipe();
+        }
+        next(info)
+    }));
+}
+
+/// Ends the process as a C tool writing to a closed pipe ends: killed by `SIGPIPE`.
+pub fn die_of_sigpipe() -> ! {
+    // SAFETY: restoring a signal's default action and raising it have no preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(128 + libc::SIGPIPE)
+}
+
 /// Entry point of an `<op>_test` binary.
 pub fn main(op: Op) -> ExitCode {
     run(op, &Defaults::vendor())
@@ -56,6 +90,7 @@ pub fn main(op: Op) -> ExitCode {
 
 /// Runs `op` with the process's arguments over `defaults`.
 pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
+    quiet_on_closed_pipe();
     let mut args = std::env::args();
     let bin = args
         .next()
@@ -392,10 +427,15 @@ fn run_process(p: &Plan, w: &World) -> Result<bool, String> {
         };
         (ri, None)
     };
-    let comm = init_comm(w.size, &ri, w.rank)?;
-    if let Some(s) = server {
-        s.join()?;
-    }
+    let comm = match (init_comm(w.size, &ri, w.rank), server) {
+        (Ok(c), Some(s)) => {
+            s.join()?;
+            c
+        }
+        (Ok(c), None) => c,
+        (Err(e), Some(s)) => return Err(s.explain(e)),
+        (Err(e), None) => return Err(e),
+    };
     let mut rep = (w.rank == 0).then(|| {
         p.announce();
         Reporter::new(p.info.clone(), p.sizes.len())

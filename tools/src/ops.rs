@@ -275,36 +275,40 @@ impl Layout {
         let dt = self.dt.raw();
         let red = self.red.map_or(0, RedOp::raw);
         let st = null_mut();
-        match self.op {
-            Op::AllReduce => api::HcclAllReduce(s, r, self.count, dt, red, comm, st),
-            Op::Broadcast => api::HcclBroadcast(r, self.count, dt, self.root, comm, st),
-            Op::Reduce => api::HcclReduce(s, r, self.count, dt, red, self.root, comm, st),
-            Op::AllGather => api::HcclAllGather(s, r, self.count, dt, comm, st),
-            Op::ReduceScatter => api::HcclReduceScatter(s, r, self.count, dt, red, comm, st),
-            Op::Scatter => api::HcclScatter(s, r, self.count, dt, self.root, comm, st),
-            Op::AlltoAll => api::HcclAlltoAll(s, self.count, dt, r, self.count, dt, comm, st),
-            Op::AlltoAllV => {
-                let p = |i: usize| self.v[i].as_ptr() as *const c_void;
-                api::HcclAlltoAllV(s, p(0), p(1), dt, r, p(2), p(3), dt, comm, st)
-            }
-            Op::SendRecv => {
-                let mut items = [
-                    HcclSendRecvItem {
-                        sendRecvType: 0,
-                        buf: s,
-                        count: self.count,
-                        dataType: dt,
-                        remoteRank: self.next(),
-                    },
-                    HcclSendRecvItem {
-                        sendRecvType: 1,
-                        buf: r,
-                        count: self.count,
-                        dataType: dt,
-                        remoteRank: self.prev(),
-                    },
-                ];
-                api::HcclBatchSendRecv(items.as_mut_ptr(), 2, comm, st)
+        // SAFETY: the caller guarantees the buffers and the communicator; the count and
+        // displacement arrays are this layout's own, sized for `n` ranks.
+        unsafe {
+            match self.op {
+                Op::AllReduce => api::HcclAllReduce(s, r, self.count, dt, red, comm, st),
+                Op::Broadcast => api::HcclBroadcast(r, self.count, dt, self.root, comm, st),
+                Op::Reduce => api::HcclReduce(s, r, self.count, dt, red, self.root, comm, st),
+                Op::AllGather => api::HcclAllGather(s, r, self.count, dt, comm, st),
+                Op::ReduceScatter => api::HcclReduceScatter(s, r, self.count, dt, red, comm, st),
+                Op::Scatter => api::HcclScatter(s, r, self.count, dt, self.root, comm, st),
+                Op::AlltoAll => api::HcclAlltoAll(s, self.count, dt, r, self.count, dt, comm, st),
+                Op::AlltoAllV => {
+                    let p = |i: usize| self.v[i].as_ptr() as *const c_void;
+                    api::HcclAlltoAllV(s, p(0), p(1), dt, r, p(2), p(3), dt, comm, st)
+                }
+                Op::SendRecv => {
+                    let mut items = [
+                        HcclSendRecvItem {
+                            sendRecvType: 0,
+                            buf: s,
+                            count: self.count,
+                            dataType: dt,
+                            remoteRank: self.next(),
+                        },
+                        HcclSendRecvItem {
+                            sendRecvType: 1,
+                            buf: r,
+                            count: self.count,
+                            dataType: dt,
+                            remoteRank: self.prev(),
+                        },
+                    ];
+                    api::HcclBatchSendRecv(items.as_mut_ptr(), 2, comm, st)
+                }
             }
         }
     }

@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::process::{Command, Output};
 
 fn diag(args: &[&str]) -> Command {
@@ -65,11 +64,9 @@ fn lone_rank(root_addr: &str) -> Output {
 
 #[test]
 fn bootstrap_failures_come_with_hints() {
-    let closed = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let o = lone_rank(&closed.to_string());
+    // A leased port nobody listens on.
+    let closed = common::lease_port();
+    let o = lone_rank(&format!("127.0.0.1:{}", closed.port));
     assert_eq!(o.status.code(), Some(1));
     let e = text(&o.stderr);
     assert!(e.contains("bootstrap FAIL on rank 1"), "{e}");
@@ -109,15 +106,8 @@ fn corrupted_pair_is_reported_and_fails_the_run() {
 
 #[test]
 fn rank_table_bootstrap_under_hcclrun() {
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
+    let leases = [common::lease_port(), common::lease_port()];
+    let ports: Vec<u16> = leases.iter().map(|l| l.port).collect();
     let dev = |r: usize| {
         format!(
             r#"{{"device_id":"{r}","device_ip":"127.0.0.1","device_port":"{}","rank_id":"{r}"}}"#,
@@ -146,11 +136,8 @@ fn rank_table_bootstrap_under_hcclrun() {
 
 #[test]
 fn loopback_across_hosts_is_an_interface_mismatch() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let lease = common::lease_port();
+    let port = lease.port;
     let children: Vec<_> = (0..2)
         .map(|r| {
             diag(&["--bytes", "4K", "--iters", "2", "--timeout", "20"])

@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{cmd, run, stderr, stdout, table, BINS};
+use common::{cmd, lease_port, run, stderr, stdout, table, BINS};
 
 const SMALL: [&str; 10] = ["-b", "1", "-e", "4K", "-f", "16", "-n", "2", "-w", "1"];
 
@@ -220,12 +219,8 @@ fn csv_and_json_files_are_well_formed() {
 
 #[test]
 fn torchrun_style_processes() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let lease = lease_port();
+    let port = lease.port.to_string();
     let start = Instant::now();
     let children: Vec<_> = (0..2)
         .map(|r| {

@@ -209,23 +209,29 @@ fn human(b: usize) -> String {
     }
 }
 
+/// The usage text: the fenced block of this file's doc comment.
+fn usage() -> String {
+    include_str!("hccl_sim.rs")
+        .lines()
+        .map_while(|l| l.strip_prefix("//!"))
+        .skip_while(|l| l.trim() != "```text")
+        .skip(1)
+        .take_while(|l| l.trim() != "```")
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn main() -> ExitCode {
+    hccl_tools::quiet_on_closed_pipe();
     let a = match parse_args() {
         Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("hccl_sim: {e}");
-            }
-            eprintln!(
-                "{}",
-                include_str!("hccl_sim.rs")
-                    .lines()
-                    .skip(11)
-                    .take(8)
-                    .map(|l| l.trim_start_matches("//! "))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
+            eprintln!("hccl_sim: {e}\n{}", usage());
             return ExitCode::from(2);
         }
     };

@@ -413,6 +413,7 @@ pub fn plot(o: &Options) -> Result<(), String> {
 
 /// `hccl_plot`'s entry point.
 pub fn main() -> ExitCode {
+    crate::quiet_on_closed_pipe();
     match parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Help) => {
             print!("{}", usage());

@@ -4,6 +4,9 @@
 
 use std::process::{Command, Output};
 
+#[path = "../../../tests/common/skip.rs"]
+pub mod skip;
+
 /// Path of one of the crate's binaries.
 pub fn bin(name: &str) -> String {
     match name {
@@ -35,9 +38,9 @@ pub const BINS: [&str; 9] = [
     "send_recv_test",
 ];
 
-/// Launcher variables of the surrounding environment, which would otherwise decide the ranks
-/// of a tool started by a test.
-pub const LAUNCHER_VARS: [&str; 11] = [
+/// Launcher variables of the surrounding environment (ranks, rendezvous, job ids), which would
+/// otherwise decide the ranks and the job of a tool started by a test.
+pub const LAUNCHER_VARS: [&str; 21] = [
     "HCCL_RANK",
     "HCCL_WORLD_SIZE",
     "OMPI_COMM_WORLD_RANK",
@@ -49,7 +52,65 @@ pub const LAUNCHER_VARS: [&str; 11] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "HCCL_ROOT_ADDR",
+    "HCCL_JOB_ID",
+    "OMPI_MCA_orte_ess_jobid",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    "PMI_KVSNAME",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
 ];
+
+/// A TCP port on 127.0.0.1 that this test process holds until the lease is dropped.
+///
+/// Binding port 0 and reusing the number after closing races with every process that opens a
+/// connection (the kernel may hand the port out as a connection's source port). A lease comes
+/// from below the kernel's ephemeral range, which the kernel never hands out by itself, and is
+/// made exclusive among test processes by an advisory lock on a file named after it; it is
+/// checked free before it is returned. The empty lock files stay in the temporary directory:
+/// removing one while another process may have it open would let two processes lock "it".
+pub struct PortLease {
+    /// The port.
+    pub port: u16,
+    _lock: std::fs::File,
+}
+
+/// Leases a port (see [`PortLease`]).
+pub fn lease_port() -> PortLease {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    // Below the ephemeral range and below the library's derived range (20000 and up).
+    let (first, span) = (10000u32, low.clamp(10001, 20000) - 10000);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..span {
+        let port = (first + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        let path = std::env::temp_dir().join(format!("hccl-test-port-{port}.lock"));
+        let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return PortLease { port, _lock: f };
+        }
+    }
+    panic!("no free port below the ephemeral range");
+}
 
 /// A command for `name` with `args`, with launcher variables of the test environment removed
 /// so that only `-t` or the test's own variables decide the ranks.

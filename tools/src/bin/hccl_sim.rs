@@ -89,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
         plot: None,
         formula: false,
     };
+    let mut topology = None;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{k} needs a value"));
@@ -147,14 +148,7 @@ fn parse_args() -> Result<Args, String> {
             "--check-count" => a.check_count = Some(parse_size(&val()?)?),
             "--no-check" => a.check = false,
             "--exact" => a.exact = true,
-            "--topology" => {
-                let path = PathBuf::from(val()?);
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("--topology {}: {e}", path.display()))?;
-                let f = Fabric::parse(&text)
-                    .map_err(|e| format!("--topology {}: {e}", path.display()))?;
-                a.topology = Some((path, text, f));
-            }
+            "--topology" => topology = Some(PathBuf::from(val()?)),
             "--formula" => a.formula = true,
             "--json" => a.json = Some(PathBuf::from(val()?)),
             "--plot" => a.plot = Some(PathBuf::from(val()?)),
@@ -165,6 +159,13 @@ fn parse_args() -> Result<Args, String> {
     let n = a.hosts * a.per_host;
     if n == 0 || n > 65536 {
         return Err(format!("rank count {n} out of range 1..=65536"));
+    }
+    // Read once every argument is known, so `--help` anywhere answers without the file.
+    if let Some(path) = topology {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("--topology {}: {e}", path.display()))?;
+        let f = Fabric::parse(&text).map_err(|e| format!("--topology {}: {e}", path.display()))?;
+        a.topology = Some((path, text, f));
     }
     Ok(a)
 }

@@ -242,6 +242,11 @@ pub struct EnvConfig {
     /// `HCCL_COST_CALIBRATE` (our extension, 0/1): measure the link costs with a short probe
     /// when a communicator is created. Default `false`.
     pub cost_calibrate: bool,
+    /// `HCCL_TOPOLOGY_FILE` (our extension): path of a file describing the network (NICs per
+    /// host, switch layout, oversubscription) for the selector's shared-link model; its
+    /// contents are parsed by the algorithm layer (`algo::fabric`). Only the variable is
+    /// checked here.
+    pub topology_file: Option<PathBuf>,
     /// Non-fatal findings (aliases used, values below vendor minimums, knobs without effect).
     /// Logged at WARN by [`crate::base::logging::init_from_env`].
     pub warnings: Vec<String>,
@@ -715,6 +720,7 @@ impl EnvConfig {
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
+        let topology_file = r.raw("HCCL_TOPOLOGY_FILE").map(PathBuf::from);
         Ok(EnvConfig {
             buffsize_mb,
             connect_timeout,
@@ -743,6 +749,7 @@ impl EnvConfig {
             shm_single_copy,
             cost_model,
             cost_calibrate,
+            topology_file,
             warnings: r.warnings,
         })
     }
@@ -884,6 +891,7 @@ mod tests {
             "HCCL_SHM_SINGLE_COPY",
             "HCCL_COST_MODEL",
             "HCCL_COST_CALIBRATE",
+            "HCCL_TOPOLOGY_FILE",
         ];
         for blank in ["", "   ", "\t\n"] {
             let vars: Vec<(&str, &str)> = all.iter().map(|k| (*k, blank)).collect();

@@ -786,14 +786,19 @@ impl Drop for Communicator {
     }
 }
 
-/// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied.
+/// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied, and the network of its
+/// `HCCL_TOPOLOGY_FILE` when one is given.
 fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
-    match &cfg.env.cost_model {
-        None => Ok(model),
+    let mut model = match &cfg.env.cost_model {
+        None => model,
         Some(t) => model
             .with_overrides(t)
-            .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}"))),
+            .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}")))?,
+    };
+    if let Some(f) = cfg.fabric {
+        model.fabric = Some(f);
     }
+    Ok(model)
 }
 
 fn check_rank(rank: u32, n: u32) -> Result<()> {

@@ -9,7 +9,8 @@
 //! - [`barrier_order`]: the barrier's check (nobody leaves before the last rank entered);
 //! - [`report`]: the table, progress line, CSV and JSON.
 //!
-//! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`).
+//! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`),
+//! [`simtable`] (`hccl_sim`'s outputs).
 //!
 //! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
 //! 2 on a usage error.
@@ -27,6 +28,7 @@ pub mod launcher;
 pub mod ops;
 pub mod plot;
 pub mod report;
+pub mod simtable;
 
 use std::ffi::CStr;
 use std::process::ExitCode;

@@ -337,7 +337,7 @@ fn owner_of(tok: &str) -> Option<Owner> {
         let name: &'static str = Box::leak(base.to_string().into_boxed_str());
         return Some(Owner::Binary(name, b));
     }
-    let script = if base.ends_with(".sh") {
+    let script = if base.ends_with(".sh") || base.ends_with(".py") {
         repo().join("scripts").join(base)
     } else if tok == ".ci/run" {
         repo().join(tok)

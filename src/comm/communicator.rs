@@ -22,6 +22,7 @@ use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
+use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
@@ -46,17 +47,26 @@ pub struct OpArgs {
     pub ext: Vec<usize>,
 }
 
-/// One schedule of a plan and where its buffers start, in bytes from the operation's buffers.
+/// One schedule of a plan, where its buffers start (in bytes from the operation's buffers),
+/// and the notices it posts (see [`identity`]).
+#[derive(Clone)]
 struct Part {
     sched: Arc<algo::Schedule>,
     send_off: usize,
     recv_off: usize,
+    notices: Arc<[Notice]>,
 }
 
 /// The schedules chosen for one (operation, element size), reused by later calls of the same
 /// shape so the hot path neither selects nor builds: one schedule, or several run in turn over
-/// segments of the data when one would need more scratch than the staging budget.
-type Plan = Arc<[Part]>;
+/// segments of the data when one would need more scratch than the staging budget; and what the
+/// operation receives from each peer.
+struct PlanData {
+    parts: Arc<[Part]>,
+    inbound: Vec<Inbound>,
+}
+
+type Plan = Arc<PlanData>;
 
 /// Plans kept per communicator; beyond this the cache starts over (shapes rarely vary much).
 const MAX_PLANS: usize = 256;
@@ -68,6 +78,10 @@ struct Inner {
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
     plans: HashMap<(Coll, usize), Plan>,
+    /// Collectives run so far: the sequence number the next one carries on the wire.
+    seq: u32,
+    /// Point-to-point messages exchanged so far, per peer and direction.
+    p2p: P2pCounters,
 }
 
 #[derive(Default)]
@@ -503,6 +517,8 @@ impl Communicator {
                 scratch: Vec::new(),
                 logged: Vec::new(),
                 plans: HashMap::new(),
+                seq: 0,
+                p2p: P2pCounters::new(n),
             }),
             state: Mutex::new(State::default()),
             async_err: Mutex::new(None),
@@ -587,6 +603,13 @@ impl Communicator {
     }
 
     /// Runs one collective to completion.
+    ///
+    /// Its messages carry its identity (kind, counts, type, operator, root and its place in
+    /// this communicator's sequence), so a peer that called something else makes it fail on
+    /// every rank instead of exchanging wrong data (see [`identity`]). Such a failure, like any
+    /// that leaves messages half exchanged, breaks the communicator: every later call fails
+    /// with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
+    /// destroyed.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
@@ -595,7 +618,7 @@ impl Communicator {
         let plan = match inner.plans.get(&key) {
             Some(p) => p.clone(),
             None => {
-                let plan = self.make_plan(&mut inner, args, &ctx);
+                let plan = self.make_plan(&mut inner, args, &ctx)?;
                 if inner.plans.len() >= MAX_PLANS {
                     inner.plans.clear();
                 }
@@ -603,7 +626,25 @@ impl Communicator {
                 plan
             }
         };
+        if let Some(e) = inner.ep.broken() {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!(
+                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
+                    self.name, self.rank, args.name, e.msg
+                ),
+            ));
+        }
+        // Only operations that reach the wire take a number, so a call refused before this
+        // point leaves every rank's sequence alike.
+        let seq = if matches!(args.coll, Coll::P2p { .. }) {
+            0
+        } else {
+            inner.seq = inner.seq.wrapping_add(1);
+            inner.seq
+        };
         let words = plan
+            .parts
             .iter()
             .map(|p| p.sched.scratch)
             .max()
@@ -615,7 +656,17 @@ impl Communicator {
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
-        for part in plan.iter() {
+        let inner = &mut *inner;
+        let mut tags = OpTags::new(
+            self.rank,
+            &args.coll,
+            args.dtype,
+            args.op,
+            seq,
+            &mut inner.p2p,
+        )
+        .expecting(&plan.inbound);
+        for part in plan.parts.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
                 recv: args.recv + part.recv_off,
@@ -624,7 +675,17 @@ impl Communicator {
             };
             // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
             // every segment addresses a slice of the operation's buffers.
-            let r = unsafe { executor::run(&mut inner.ep, &part.sched, &bufs, red, dl) };
+            let r = unsafe {
+                executor::run(
+                    &mut inner.ep,
+                    &part.sched,
+                    &bufs,
+                    red,
+                    dl,
+                    &mut tags,
+                    &part.notices,
+                )
+            };
             r.map_err(|e| {
                 let e = e.context(format!(
                     "comm {} rank {} {} ({} algorithm)",
@@ -648,7 +709,41 @@ impl Communicator {
 
     /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
-    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Plan {
+    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Result<Plan> {
+        let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
+            // Nothing to move, but the ranks must still agree that nothing is what they called:
+            // the empty operation runs as a barrier of tagged messages.
+            vec![Part {
+                sched: Arc::new(algo::build(&Coll::Barrier, ctx, Algo::Direct)),
+                send_off: 0,
+                recv_off: 0,
+                notices: Arc::from([]),
+            }]
+        } else {
+            self.schedules(inner, args, ctx).to_vec()
+        };
+        let with_notices = identity::needs_notices(identity::kind_of(&args.coll));
+        let mut done: Vec<(Arc<algo::Schedule>, Arc<[Notice]>)> = Vec::new();
+        for part in &mut parts {
+            if let Some((_, n)) = done.iter().find(|(s, _)| Arc::ptr_eq(s, &part.sched)) {
+                part.notices = n.clone();
+                continue;
+            }
+            executor::check_self_pairs(self.rank, &part.sched)?;
+            if with_notices {
+                part.notices = Arc::from(identity::notices(&part.sched, self.rank));
+            }
+            done.push((part.sched.clone(), part.notices.clone()));
+        }
+        let inbound = identity::inbound(self.rank, done.iter().map(|(s, n)| (&**s, &n[..])));
+        Ok(Arc::new(PlanData {
+            parts: Arc::from(parts),
+            inbound,
+        }))
+    }
+
+    /// The schedules of `args` (see [`Communicator::make_plan`]).
+    fn schedules(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Arc<[Part]> {
         let forced = self.cfg.algo_spec.forced(&args.coll);
         let model = inner.model;
         let algo = forced.unwrap_or_else(|| algo::select::choose_with(&args.coll, ctx, &model));
@@ -660,6 +755,7 @@ impl Communicator {
                 sched,
                 send_off: 0,
                 recv_off: 0,
+                notices: Arc::from([]),
             }])
         };
         if whole.scratch <= limit {
@@ -683,6 +779,7 @@ impl Communicator {
                     sched,
                     send_off: seg.send_off,
                     recv_off: seg.recv_off,
+                    notices: Arc::from([]),
                 };
                 built.push((seg.coll, part));
             }
@@ -777,6 +874,28 @@ fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
         Some(t) => model
             .with_overrides(t)
             .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}"))),
+    }
+}
+
+/// Whether a collective moves no data at all (every count zero). Point-to-point transfers and
+/// barriers are never empty: their messages are what they are about.
+fn nothing_to_move(coll: &Coll) -> bool {
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count == 0,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
+            counts.iter().all(|&c| c == 0)
+        }
+        Coll::AlltoAllV {
+            send_counts,
+            recv_counts,
+            ..
+        } => send_counts.iter().chain(recv_counts).all(|&c| c == 0),
+        Coll::P2p { .. } | Coll::Barrier => false,
     }
 }
 

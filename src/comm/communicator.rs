@@ -20,6 +20,7 @@ use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
@@ -156,14 +157,33 @@ fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
 }
 
 impl Communicator {
-    /// Joins the communicator described by `info` as `rank` of `n`.
+    /// Joins the communicator described by `info` as `rank` of `n`. A rank count out of
+    /// bounds is refused before anything is allocated, and reported to the root so that the
+    /// other ranks fail at once rather than at the connect timeout.
     pub fn init_root_info(
         n: u32,
         info: &RootInfo,
         rank: u32,
         cfg: CommConfig,
     ) -> Result<Communicator> {
-        check_rank(rank, n)?;
+        if let Err(e) = check_rank(rank, n) {
+            if n == 0 || n > MAX_RANKS {
+                // Bounded: the other ranks' hellos are what the root is waiting for.
+                let dl = Instant::now() + cfg.connect_timeout.min(REPORT_TIMEOUT);
+                let root = RootAddr::Tcp(info.addr);
+                if bootstrap::report_bad_count(&root, info.token, n, rank, dl).is_some() {
+                    return Err(Error::new(
+                        e.kind,
+                        format!(
+                            "{} (reported to the root, which failed the rendezvous for every \
+                             rank)",
+                            e.msg
+                        ),
+                    ));
+                }
+            }
+            return Err(e);
+        }
         let me = my_record(rank, &cfg)?;
         let dl = deadline(&cfg);
         let table = bootstrap::exchange(&RootAddr::Tcp(info.addr), info.token, n, &me, dl)?;
@@ -193,7 +213,7 @@ impl Communicator {
                 RootAddr::Tcp(a) => RootListener::Tcp(std::net::TcpListener::bind(a).map_err(|e| {
                     Error::new(ErrorKind::Network, format!("rank 0 cannot listen on {a} from the rank table: {e}"))
                 })?),
-                RootAddr::Unix(name) => RootListener::bind_unix(name).map_err(|e| {
+                RootAddr::Unix(name) => bootstrap::bind_unix(name).map_err(|e| {
                     e.context("rank 0 cannot create the rendezvous socket (is another job using this rank table?)")
                 })?,
             };
@@ -419,7 +439,13 @@ impl Communicator {
         let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
         let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
             (0..n).map(|_| None).collect();
-        // The lower rank of each pair connects; the higher accepts through the process listener.
+        // The lower rank of each pair connects; the higher accepts through the process listener,
+        // which parks connections for this communicator only while it connects.
+        let _expecting = if network_peers.iter().any(|&p| p < rank) {
+            Some(Acceptor::global(&cfg.env)?.expect(key, rank, n))
+        } else {
+            None
+        };
         let res: Result<()> = (|| {
             for &p in network_peers.iter().filter(|&&p| p > rank) {
                 streams[p as usize] = Some(acceptor::connect_link(
@@ -899,9 +925,18 @@ fn nothing_to_move(coll: &Coll) -> bool {
     }
 }
 
+/// How long a rank with an out-of-bounds rank count waits to tell the root.
+const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn check_rank(rank: u32, n: u32) -> Result<()> {
     if n == 0 {
         return Err(Error::new(ErrorKind::Para, "rank count must be at least 1"));
+    }
+    if n > MAX_RANKS {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!("rank count nRanks={n} exceeds the maximum of {MAX_RANKS} ranks"),
+        ));
     }
     if rank >= n {
         return Err(Error::new(

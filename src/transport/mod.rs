@@ -16,6 +16,7 @@ pub mod backoff;
 pub mod cma;
 pub mod doorbell;
 pub mod futex;
+pub mod gate;
 pub mod inproc;
 pub mod net;
 pub mod shm;

@@ -69,6 +69,20 @@ fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
                 comm,
                 null_mut(),
             ),
+            // The same mismatches after an agreeing call of the same shape (whose plan and tag
+            // a rank reuses when nothing else changes).
+            "op_after_agreeing" | "dtype_after_agreeing" => {
+                let r = HcclAllReduce(sp, rp, 1024, FP32, SUM, comm, null_mut());
+                if r != HCCL_SUCCESS {
+                    return r;
+                }
+                let (dtype, op) = match (last, scenario) {
+                    (false, _) => (FP32, SUM),
+                    (true, "op_after_agreeing") => (FP32, MAX),
+                    (true, _) => (INT32, SUM),
+                };
+                HcclAllReduce(sp, rp, 1024, dtype, op, comm, null_mut())
+            }
             // Rank 0 broadcasts (as the root) while the others reduce.
             "kind" => {
                 if rank == 0 {
@@ -356,6 +370,18 @@ fn operator_mismatch_fails_every_rank() {
             &[],
             &["called AllReduce count=1024 fp32 ", " max", " sum"],
         );
+        expect_all_fail(
+            "op_after_agreeing",
+            2,
+            links,
+            &[],
+            &[
+                "called AllReduce count=1024 fp32 ",
+                " max",
+                " sum",
+                "operation #",
+            ],
+        );
     }
 }
 
@@ -364,6 +390,13 @@ fn dtype_mismatch_fails_every_rank() {
     for links in ALL_LINKS {
         expect_all_fail(
             "dtype",
+            2,
+            links,
+            &[],
+            &["called AllReduce count=1024 ", "int32", "fp32"],
+        );
+        expect_all_fail(
+            "dtype_after_agreeing",
             2,
             links,
             &[],
@@ -427,11 +460,20 @@ fn point_to_point_size_mismatch_fails_the_receiver() {
     }
 }
 
-/// Ranks that do not exchange messages with the disagreeing one (a ring, a V form) fail too.
+/// Ranks that do not exchange messages with the disagreeing one (a ring, a tree, a V form)
+/// fail too.
 #[test]
 fn ring_schedules_fail_every_rank() {
     let ring = [("HCCL_ALGO", "level0:NA;level1:ring")];
+    let tree = [("HCCL_ALGO", "allreduce=level0:NA;level1:tree")];
     for links in ALL_LINKS {
+        expect_all_fail(
+            "count",
+            4,
+            links,
+            &tree,
+            &["called AllReduce count=", "count=2097152", "count=1048576"],
+        );
         expect_all_fail(
             "count",
             4,

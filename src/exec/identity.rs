@@ -186,6 +186,29 @@ fn digest(counts: &[usize]) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
+/// What the tags of every call of `coll` share, whatever its data type, operator and place in
+/// the sequence: kind, root, count (the digest of per-rank counts for the V forms). Computed
+/// once per plan; [`OpTags::new`] fills in the rest.
+pub fn template(coll: &Coll) -> OpTag {
+    let mut t = OpTag::new(kind_of(coll));
+    match coll {
+        Coll::AllReduce { count } | Coll::AllGather { count } | Coll::ReduceScatter { count } => {
+            t.count = *count as u64
+        }
+        Coll::Broadcast { count, root }
+        | Coll::Reduce { count, root }
+        | Coll::Scatter { count, root } => {
+            t.count = *count as u64;
+            t.root = *root;
+        }
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
+            t.aux = digest(counts)
+        }
+        Coll::AlltoAllV { .. } | Coll::P2p { .. } | Coll::Barrier => {}
+    }
+    t
+}
+
 /// How the tag varies with the peer.
 enum Form<'a> {
     /// One tag for every message.
@@ -210,7 +233,8 @@ enum Form<'a> {
 /// operation receives from each peer.
 pub struct OpTags<'a> {
     me: u32,
-    base: OpTag,
+    /// The operation's tag on the wire (every message's, for the uniform forms).
+    base: Tag,
     form: Form<'a>,
     /// What the operation receives from each peer, when known (else unclaimed messages are not
     /// examined).
@@ -234,40 +258,37 @@ impl P2pCounters {
     }
 }
 
+/// The tag of a call of `coll` (from its [`template`]) on elements of `dtype` reduced with `op`,
+/// the `seq`-th operation of its communicator.
+pub fn call_tag(
+    template: &OpTag,
+    coll: &Coll,
+    dtype: DataType,
+    op: Option<ReduceOp>,
+    seq: u32,
+) -> OpTag {
+    let mut t = *template;
+    t.seq = seq;
+    if !matches!(coll, Coll::P2p { .. } | Coll::Barrier) {
+        t.dtype = Some(dtype);
+        t.op = op;
+    }
+    t
+}
+
 impl<'a> OpTags<'a> {
-    /// The tags of collective `coll` (elements of `dtype`, reduced with `op`), the `seq`-th
-    /// operation of its communicator, on rank `me`; `p2p` numbers point-to-point messages.
+    /// The tags of collective `coll` on rank `me`, whose own tag is `call` (see [`call_tag`]);
+    /// `inbound` is what the operation receives (see [`inbound`]; `None`: unknown), `p2p`
+    /// numbers point-to-point messages.
     pub fn new(
         me: u32,
         coll: &'a Coll,
-        dtype: DataType,
-        op: Option<ReduceOp>,
-        seq: u32,
+        call: Tag,
+        inbound: Option<&'a [Inbound]>,
         p2p: &'a mut P2pCounters,
     ) -> OpTags<'a> {
-        let kind = kind_of(coll);
-        let mut base = OpTag {
-            seq,
-            dtype: Some(dtype),
-            op,
-            ..OpTag::new(kind)
-        };
         let form = match coll {
-            Coll::AllReduce { count }
-            | Coll::AllGather { count }
-            | Coll::ReduceScatter { count } => {
-                base.count = *count as u64;
-                Form::Uniform
-            }
-            Coll::Broadcast { count, root }
-            | Coll::Reduce { count, root }
-            | Coll::Scatter { count, root } => {
-                base.count = *count as u64;
-                base.root = *root;
-                Form::Uniform
-            }
             Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
-                base.aux = digest(counts);
                 Form::PerRank(counts)
             }
             Coll::AlltoAllV {
@@ -278,33 +299,18 @@ impl<'a> OpTags<'a> {
                 send: send_counts,
                 recv: recv_counts,
             },
-            Coll::P2p { .. } => {
-                // Items of one batch may have different types; their lengths are compared.
-                base.dtype = None;
-                Form::P2p {
-                    sent: &mut p2p.sent,
-                    received: &mut p2p.received,
-                }
-            }
-            Coll::Barrier => {
-                base.dtype = None;
-                base.op = None;
-                Form::Uniform
-            }
+            // Items of one batch may have different types; their lengths are compared.
+            Coll::P2p { .. } => Form::P2p {
+                sent: &mut p2p.sent,
+                received: &mut p2p.received,
+            },
+            _ => Form::Uniform,
         };
         OpTags {
             me,
-            base,
+            base: call,
             form,
-            inbound: None,
-        }
-    }
-
-    /// These tags for an operation that receives `inbound` (see [`inbound`]).
-    pub fn expecting(self, inbound: &'a [Inbound]) -> OpTags<'a> {
-        OpTags {
-            inbound: Some(inbound),
-            ..self
+            inbound,
         }
     }
 
@@ -313,67 +319,55 @@ impl<'a> OpTags<'a> {
     pub fn internal(kind: OpKind) -> OpTags<'static> {
         OpTags {
             me: 0,
-            base: OpTag::new(kind),
+            base: OpTag::new(kind).encode(),
             form: Form::Uniform,
             inbound: None,
         }
     }
 
     /// The tag of a data message of `len` bytes this rank sends to `peer`.
-    #[inline]
+    #[inline(always)]
     pub fn to(&mut self, peer: u32, len: usize) -> Tag {
         match &mut self.form {
-            Form::Uniform => self.base.encode(),
-            Form::PerRank(counts) => OpTag {
-                count: counts[self.me as usize] as u64,
-                ..self.base
-            }
-            .encode(),
-            Form::PerPair { send, recv } => OpTag {
-                count: send[peer as usize] as u64,
-                aux: saturate(recv[peer as usize]),
-                ..self.base
-            }
-            .encode(),
+            Form::Uniform => self.base,
+            Form::PerRank(counts) => self.base.with_count(counts[self.me as usize], None),
+            Form::PerPair { send, recv } => self
+                .base
+                .with_count(send[peer as usize], Some(saturate(recv[peer as usize]))),
             Form::P2p { sent, .. } => {
                 let seq = &mut sent[peer as usize];
                 *seq = seq.wrapping_add(1);
-                OpTag {
-                    seq: seq.wrapping_sub(1),
-                    count: len as u64,
-                    ..self.base
-                }
-                .encode()
+                self.base
+                    .with_count(len, None)
+                    .with_seq(seq.wrapping_sub(1))
             }
         }
     }
 
     /// The tag this rank expects on a data message of `len` bytes from `peer`.
-    #[inline]
+    #[inline(always)]
     pub fn from(&mut self, peer: u32, len: usize) -> Tag {
         match &mut self.form {
-            Form::Uniform => self.base.encode(),
-            Form::PerRank(counts) => OpTag {
-                count: counts[peer as usize] as u64,
-                ..self.base
-            }
-            .encode(),
-            Form::PerPair { send, recv } => OpTag {
-                count: recv[peer as usize] as u64,
-                aux: saturate(send[peer as usize]),
-                ..self.base
-            }
-            .encode(),
+            Form::Uniform => self.base,
             Form::P2p { received, .. } => {
                 let seq = &mut received[peer as usize];
                 *seq = seq.wrapping_add(1);
-                OpTag {
-                    seq: seq.wrapping_sub(1),
-                    count: len as u64,
-                    ..self.base
-                }
-                .encode()
+                self.base
+                    .with_count(len, None)
+                    .with_seq(seq.wrapping_sub(1))
             }
+            _ => self.expected(peer),
+        }
+    }
+
+    /// The tag a data message from `peer` carries when it agrees (collectives only).
+    fn expected(&self, peer: u32) -> Tag {
+        match &self.form {
+            Form::PerRank(counts) => self.base.with_count(counts[peer as usize], None),
+            Form::PerPair { send, recv } => self
+                .base
+                .with_count(recv[peer as usize], Some(saturate(send[peer as usize]))),
+            _ => self.base,
         }
     }
 
@@ -382,18 +376,16 @@ impl<'a> OpTags<'a> {
     /// next message in the data's direction.
     pub fn notice(&self, n: &Notice) -> Tag {
         let t = match &self.form {
-            Form::P2p { sent, received } => OpTag {
-                seq: if n.send {
+            Form::P2p { sent, received } => {
+                self.base.with_count(n.bytes, None).with_seq(if n.send {
                     received[n.peer as usize]
                 } else {
                     sent[n.peer as usize]
-                },
-                count: n.bytes as u64,
-                ..self.base
-            },
+                })
+            }
             _ => self.base,
         };
-        t.notice().encode()
+        t.as_notice()
     }
 }
 
@@ -402,24 +394,15 @@ impl Expectation for OpTags<'_> {
         let Some(inbound) = self.inbound else {
             return Ok(());
         };
-        let data = match &self.form {
+        if matches!(self.form, Form::P2p { .. }) {
             // Point-to-point numbering is per pair; unclaimed messages are left to the receive.
-            Form::P2p { .. } => return Ok(()),
-            Form::Uniform => self.base,
-            Form::PerRank(counts) => OpTag {
-                count: counts[peer as usize] as u64,
-                ..self.base
-            },
-            Form::PerPair { send, recv } => OpTag {
-                count: recv[peer as usize] as u64,
-                aux: saturate(send[peer as usize]),
-                ..self.base
-            },
-        };
+            return Ok(());
+        }
+        let data = self.expected(peer);
         let Some(g) = OpTag::decode(&got.0) else {
-            return Err(tag::mismatch(got, &data.encode(), peer, self.me));
+            return Err(tag::mismatch(got, &data, peer, self.me));
         };
-        if g.seq != self.base.seq || g.kind == OpKind::P2p {
+        if g.seq != self.base.seq() || g.kind == OpKind::P2p {
             // Another operation's: a peer that is ahead.
             return Ok(());
         }
@@ -427,7 +410,7 @@ impl Expectation for OpTags<'_> {
             .binary_search_by_key(&peer, |i| i.peer)
             .ok()
             .map(|i| inbound[i]);
-        let (data, notice) = (data.encode(), data.notice().encode());
+        let notice = data.as_notice();
         match role {
             Some(r) if (r.data && *got == data) || (r.notice && *got == notice) => Ok(()),
             Some(r) => Err(tag::mismatch(
@@ -462,6 +445,17 @@ fn saturate(c: usize) -> u32 {
 mod tests {
     use super::*;
     use crate::algo::{Buf, Span};
+
+    fn tags<'a>(
+        me: u32,
+        coll: &'a Coll,
+        dtype: DataType,
+        seq: u32,
+        p2p: &'a mut P2pCounters,
+    ) -> OpTags<'a> {
+        let call = call_tag(&template(coll), coll, dtype, None, seq);
+        OpTags::new(me, coll, call.encode(), None, p2p)
+    }
 
     fn send(peer: u32, len: usize) -> Action {
         Action::Send {
@@ -526,8 +520,8 @@ mod tests {
             recv_displs: vec![0, 0],
         };
         let (mut p0, mut p1) = (P2pCounters::new(2), P2pCounters::new(2));
-        let mut t0 = OpTags::new(0, &c0, DataType::Fp32, None, 4, &mut p0);
-        let mut t1 = OpTags::new(1, &c1, DataType::Fp32, None, 4, &mut p1);
+        let mut t0 = tags(0, &c0, DataType::Fp32, 4, &mut p0);
+        let mut t1 = tags(1, &c1, DataType::Fp32, 4, &mut p1);
         assert_eq!(t0.to(1, 12), t1.from(0, 12));
         assert_eq!(t1.to(0, 20), t0.from(1, 20));
         let c1_bad = Coll::AlltoAllV {
@@ -536,8 +530,58 @@ mod tests {
             recv_counts: vec![3, 0],
             recv_displs: vec![0, 0],
         };
-        let mut t1 = OpTags::new(1, &c1_bad, DataType::Fp32, None, 4, &mut p1);
+        let mut t1 = tags(1, &c1_bad, DataType::Fp32, 4, &mut p1);
         assert_ne!(t1.to(0, 24), t0.from(1, 24));
+    }
+
+    #[test]
+    fn unclaimed_messages_of_the_running_operation_are_judged() {
+        let coll = Coll::Broadcast { count: 8, root: 0 };
+        let other = Coll::Broadcast { count: 8, root: 3 };
+        let mut p = P2pCounters::new(4);
+        let mut q = P2pCounters::new(4);
+        let inbound = [
+            Inbound {
+                peer: 0,
+                data: true,
+                notice: false,
+            },
+            Inbound {
+                peer: 2,
+                data: false,
+                notice: true,
+            },
+        ];
+        let call = call_tag(&template(&coll), &coll, DataType::Fp32, None, 5);
+        let mine = OpTags::new(1, &coll, call.encode(), Some(&inbound), &mut p);
+        let mut theirs = tags(3, &other, DataType::Fp32, 5, &mut q);
+        let expected = tags(0, &coll, DataType::Fp32, 5, &mut P2pCounters::new(4)).to(1, 32);
+        // What a later step takes, and another operation's message, pass.
+        assert!(mine.check_stray(0, &expected).is_ok());
+        let notice = mine.notice(&Notice {
+            step: 0,
+            peer: 2,
+            send: false,
+            bytes: 0,
+        });
+        assert!(mine.check_stray(2, &notice).is_ok());
+        let later = OpTag {
+            seq: 6,
+            ..OpTag::decode(&theirs.to(1, 32).0).unwrap()
+        };
+        assert!(mine.check_stray(3, &later.encode()).is_ok());
+        // A peer that named another root, or that sends where this rank never receives.
+        let e = mine.check_stray(3, &theirs.to(1, 32)).unwrap_err();
+        assert!(
+            e.msg.contains("root=3") && e.msg.contains("root=0"),
+            "{}",
+            e.msg
+        );
+        let e = mine.check_stray(3, &expected).unwrap_err();
+        assert!(e.msg.contains("different algorithms"), "{}", e.msg);
+        // Without a known inbound table nothing is judged.
+        let blind = tags(1, &coll, DataType::Fp32, 5, &mut p);
+        assert!(blind.check_stray(3, &theirs.to(1, 32)).is_ok());
     }
 
     #[test]
@@ -545,8 +589,8 @@ mod tests {
         let items = Coll::P2p { items: Vec::new() };
         let (mut a, mut b) = (P2pCounters::new(3), P2pCounters::new(3));
         for k in 0..3 {
-            let mut ta = OpTags::new(0, &items, DataType::Uint8, None, 9, &mut a);
-            let mut tb = OpTags::new(2, &items, DataType::Uint8, None, 9 + k, &mut b);
+            let mut ta = tags(0, &items, DataType::Uint8, 9, &mut a);
+            let mut tb = tags(2, &items, DataType::Uint8, 9 + k, &mut b);
             let notice = Notice {
                 step: 0,
                 peer: 2,
@@ -562,8 +606,8 @@ mod tests {
             assert_eq!(ta.notice(&notice), tb.notice(&back), "message {k}");
             assert_eq!(ta.to(2, 16), tb.from(0, 16), "message {k}");
         }
-        let mut ta = OpTags::new(0, &items, DataType::Uint8, None, 0, &mut a);
-        let mut tb = OpTags::new(2, &items, DataType::Uint8, None, 0, &mut b);
+        let mut ta = tags(0, &items, DataType::Uint8, 0, &mut a);
+        let mut tb = tags(2, &items, DataType::Uint8, 0, &mut b);
         assert_ne!(ta.to(2, 16), tb.from(0, 8), "lengths differ");
     }
 }

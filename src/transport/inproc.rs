@@ -227,29 +227,27 @@ impl InprocFabric {
         if let Some(e) = self.failure() {
             return Err(e);
         }
-        let Some(desc) = q.front().copied() else {
+        let Some(front) = q.front() else {
             return Ok(false);
         };
-        let bad = Tag::check(&desc.tag, tag, src as u32, dst as u32)
-            .err()
-            .or_else(|| {
-                (desc.len != len).then(|| {
+        if front.tag != *tag || front.len != len {
+            let e = Tag::check(&front.tag, tag, src as u32, dst as u32)
+                .err()
+                .unwrap_or_else(|| {
                     Error::new(
                         ErrorKind::Para,
                         format!(
-                            "message size mismatch: rank {src} sent {} bytes, rank {dst} expected \
-                         {len}",
-                            desc.len
+                            "message size mismatch: rank {src} sent {} bytes, rank {dst} \
+                             expected {len}",
+                            front.len
                         ),
                     )
-                })
-            });
-        if let Some(e) = bad {
+                });
             drop(q);
             self.fail(&e);
             return Err(e);
         }
-        q.pop_front();
+        let desc = q.pop_front().expect("front exists");
         if len > 0 {
             let from = match &desc.eager {
                 Some(b) => b.as_ptr(),

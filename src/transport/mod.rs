@@ -420,7 +420,9 @@ impl Endpoint {
         // How the last shared-memory wait ended, for the peer checks below.
         let mut woke = Woke::NotYet;
         let mut last_full_check: Option<Instant> = None;
-        // Since when this wait has made no progress (read only after a fruitless wait).
+        // Passes without progress since the last progress, and since when (the clock is read
+        // only from the second such pass on: the first is the usual wait for a peer).
+        let mut fruitless = 0u32;
         let mut stuck_since: Option<Instant> = None;
         loop {
             let seen = self.bell.seq();
@@ -439,17 +441,19 @@ impl Endpoint {
                 }
             }
             if progressed {
+                fruitless = 0;
                 stuck_since = None;
                 continue;
             }
-            if woke != Woke::NotYet {
-                if let Some(exp) = expect {
-                    let since = *stuck_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= STRAY_CHECK {
-                        self.check_strays(exp)?;
-                        stuck_since = Some(Instant::now());
-                    }
+            fruitless += 1;
+            if let (Some(exp), true) = (expect, fruitless > 1) {
+                let now = Instant::now();
+                if now.duration_since(*stuck_since.get_or_insert(now)) >= STRAY_CHECK {
+                    self.check_strays(exp)?;
+                    stuck_since = Some(now);
                 }
+            }
+            if woke != Woke::NotYet {
                 // A wait ended without work to do: a peer may have aborted or died. Its failure
                 // flag is one load; its liveness connection costs a system call, so that is
                 // checked when the wait timed out, or now and then while other peers' events
@@ -508,14 +512,20 @@ impl Endpoint {
                     Woke::TimedOut
                 };
             }
+            // Waking now and then lets a stalled wait examine unclaimed messages.
+            let longest = if expect.is_some() {
+                2 * STRAY_CHECK.as_millis() as i32
+            } else {
+                1000
+            };
             let timeout_ms = match deadline {
-                None => 1000,
+                None => longest,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Err(self.timeout_error());
                     }
-                    left.as_millis().min(1000) as i32
+                    (left.as_millis().min(longest as u128)) as i32
                 }
             };
             pollfds.clear();

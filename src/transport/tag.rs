@@ -125,6 +125,37 @@ pub struct OpTag {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Tag(pub [u8; TAG_LEN]);
 
+impl Tag {
+    /// This tag with its sequence number replaced (what [`OpTag::encode`] would write).
+    #[inline]
+    pub fn with_seq(mut self, seq: u32) -> Tag {
+        self.0[0..4].copy_from_slice(&seq.to_le_bytes());
+        self
+    }
+
+    /// This tag with its count, and its `aux` when given, replaced.
+    #[inline]
+    pub fn with_count(mut self, count: usize, aux: Option<u32>) -> Tag {
+        self.0[16..24].copy_from_slice(&(count as u64).to_le_bytes());
+        if let Some(a) = aux {
+            self.0[12..16].copy_from_slice(&a.to_le_bytes());
+        }
+        self
+    }
+
+    /// This tag marked as a notice.
+    #[inline]
+    pub fn as_notice(mut self) -> Tag {
+        self.0[7] |= FLAG_NOTICE;
+        self
+    }
+
+    /// The sequence number, read without decoding the rest.
+    pub fn seq(&self) -> u32 {
+        u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]])
+    }
+}
+
 impl OpTag {
     /// A tag of `kind` with everything else empty.
     pub fn new(kind: OpKind) -> OpTag {
@@ -317,6 +348,36 @@ mod tests {
             count,
             ..OpTag::new(OpKind::AllReduce)
         }
+    }
+
+    #[test]
+    fn patching_the_bytes_equals_encoding_the_fields() {
+        let t = OpTag {
+            root: 2,
+            aux: 9,
+            ..allreduce(5)
+        };
+        let e = t.encode();
+        assert_eq!(e.with_seq(41), OpTag { seq: 41, ..t }.encode());
+        assert_eq!(e.seq(), 7);
+        assert_eq!(
+            e.with_count(1 << 40, None),
+            OpTag {
+                count: 1 << 40,
+                ..t
+            }
+            .encode()
+        );
+        assert_eq!(
+            e.with_count(3, Some(u32::MAX)),
+            OpTag {
+                count: 3,
+                aux: u32::MAX,
+                ..t
+            }
+            .encode()
+        );
+        assert_eq!(e.as_notice(), t.notice().encode());
     }
 
     #[test]

@@ -48,6 +48,13 @@ pub const MAX_RANK_TABLE_BYTES: u64 = 32 << 20;
 /// rest is room for extra fields of vendor tables, which are ignored).
 pub const MAX_RANK_TABLE_DEPTH: usize = 32;
 
+/// Most ranks a single message lists by number (longer lists end with "... N more"), so that
+/// log lines stay short whatever the rank count.
+pub const MAX_REPORTED_RANKS: usize = 16;
+
+/// Longest text (an error reason) sent to or accepted from another rank over the wire.
+pub const MAX_WIRE_MESSAGE: usize = 4096;
+
 /// The bound on the value of environment variable `var`, in bytes.
 pub fn env_value_bytes(var: &str) -> usize {
     match var {

@@ -20,11 +20,14 @@ use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
+use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
+use crate::transport::tag::{OpTag, Tag};
 use crate::transport::{Endpoint, LinkKind, PeerLink};
 
 /// One collective call with its buffers, after argument validation.
@@ -46,17 +49,28 @@ pub struct OpArgs {
     pub ext: Vec<usize>,
 }
 
-/// One schedule of a plan and where its buffers start, in bytes from the operation's buffers.
+/// One schedule of a plan, where its buffers start (in bytes from the operation's buffers),
+/// and the notices it posts (see [`identity`]).
+#[derive(Clone)]
 struct Part {
     sched: Arc<algo::Schedule>,
     send_off: usize,
     recv_off: usize,
+    notices: Arc<[Notice]>,
 }
 
 /// The schedules chosen for one (operation, element size), reused by later calls of the same
 /// shape so the hot path neither selects nor builds: one schedule, or several run in turn over
-/// segments of the data when one would need more scratch than the staging budget.
-type Plan = Arc<[Part]>;
+/// segments of the data when one would need more scratch than the staging budget; and what the
+/// operation receives from each peer.
+struct PlanData {
+    parts: Vec<Part>,
+    inbound: Vec<Inbound>,
+    /// What the tags of every call of this shape share (see [`identity::template`]).
+    template: OpTag,
+}
+
+type Plan = Arc<PlanData>;
 
 /// Plans kept per communicator; beyond this the cache starts over (shapes rarely vary much).
 const MAX_PLANS: usize = 256;
@@ -68,6 +82,23 @@ struct Inner {
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
     plans: HashMap<(Coll, usize), Plan>,
+    /// Collectives run so far: the sequence number the next one carries on the wire.
+    seq: u32,
+    /// Point-to-point messages exchanged so far, per peer and direction.
+    p2p: P2pCounters,
+    /// The previous call's shape, plan and tag.
+    last: Option<Last>,
+}
+
+/// The previous call of a communicator: a call of the same shape reuses its plan (and its tag,
+/// with a new sequence number, when type and operator match too).
+struct Last {
+    coll: Coll,
+    elem: usize,
+    plan: Plan,
+    dtype: DataType,
+    op: Option<ReduceOp>,
+    tag: Tag,
 }
 
 #[derive(Default)]
@@ -142,14 +173,33 @@ fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
 }
 
 impl Communicator {
-    /// Joins the communicator described by `info` as `rank` of `n`.
+    /// Joins the communicator described by `info` as `rank` of `n`. A rank count out of
+    /// bounds is refused before anything is allocated, and reported to the root so that the
+    /// other ranks fail at once rather than at the connect timeout.
     pub fn init_root_info(
         n: u32,
         info: &RootInfo,
         rank: u32,
         cfg: CommConfig,
     ) -> Result<Communicator> {
-        check_rank(rank, n)?;
+        if let Err(e) = check_rank(rank, n) {
+            if n == 0 || n > MAX_RANKS {
+                // Bounded: the other ranks' hellos are what the root is waiting for.
+                let dl = Instant::now() + cfg.connect_timeout.min(REPORT_TIMEOUT);
+                let root = RootAddr::Tcp(info.addr);
+                if bootstrap::report_bad_count(&root, info.token, n, rank, dl).is_some() {
+                    return Err(Error::new(
+                        e.kind,
+                        format!(
+                            "{} (reported to the root, which failed the rendezvous for every \
+                             rank)",
+                            e.msg
+                        ),
+                    ));
+                }
+            }
+            return Err(e);
+        }
         let me = my_record(rank, &cfg)?;
         let dl = deadline(&cfg);
         let table = bootstrap::exchange(&RootAddr::Tcp(info.addr), info.token, n, &me, dl)?;
@@ -179,7 +229,7 @@ impl Communicator {
                 RootAddr::Tcp(a) => RootListener::Tcp(std::net::TcpListener::bind(a).map_err(|e| {
                     Error::new(ErrorKind::Network, format!("rank 0 cannot listen on {a} from the rank table: {e}"))
                 })?),
-                RootAddr::Unix(name) => RootListener::bind_unix(name).map_err(|e| {
+                RootAddr::Unix(name) => bootstrap::bind_unix(name).map_err(|e| {
                     e.context("rank 0 cannot create the rendezvous socket (is another job using this rank table?)")
                 })?,
             };
@@ -363,7 +413,7 @@ impl Communicator {
     pub fn schedules_run(&self, coll: &Coll, elem: usize) -> Option<Vec<&'static str>> {
         let inner = self.inner.lock();
         let plan = inner.plans.get(&(coll.clone(), elem))?;
-        Some(plan.iter().map(|p| p.sched.algo).collect())
+        Some(plan.parts.iter().map(|p| p.sched.algo).collect())
     }
 
     /// The link costs the selector uses.
@@ -414,7 +464,13 @@ impl Communicator {
         let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
         let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
             (0..n).map(|_| None).collect();
-        // The lower rank of each pair connects; the higher accepts through the process listener.
+        // The lower rank of each pair connects; the higher accepts through the process listener,
+        // which parks connections for this communicator only while it connects.
+        let _expecting = if network_peers.iter().any(|&p| p < rank) {
+            Some(Acceptor::global(&cfg.env)?.expect(key, rank, n))
+        } else {
+            None
+        };
         let res: Result<()> = (|| {
             for &p in network_peers.iter().filter(|&&p| p > rank) {
                 streams[p as usize] = Some(acceptor::connect_link(
@@ -519,6 +575,9 @@ impl Communicator {
                 scratch: Vec::new(),
                 logged: Vec::new(),
                 plans: HashMap::new(),
+                seq: 0,
+                p2p: P2pCounters::new(n),
+                last: None,
             }),
             state: Mutex::new(State::default()),
             async_err: Mutex::new(None),
@@ -603,23 +662,64 @@ impl Communicator {
     }
 
     /// Runs one collective to completion.
+    ///
+    /// Its messages carry its identity (kind, counts, type, operator, root and its place in
+    /// this communicator's sequence), so a peer that called something else makes it fail on
+    /// every rank instead of exchanging wrong data (see [`identity`]). Such a failure, like any
+    /// that leaves messages half exchanged, breaks the communicator: every later call fails
+    /// with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
+    /// destroyed.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
-        let ctx = self.ctx(args.dtype.size());
-        let key = (args.coll.clone(), args.dtype.size());
-        let plan = match inner.plans.get(&key) {
-            Some(p) => p.clone(),
+        let elem = args.dtype.size();
+        // A call of the same shape as the previous one takes its plan without hashing, and its
+        // tag too when type and operator are the same.
+        let last = inner
+            .last
+            .as_ref()
+            .filter(|l| l.elem == elem && l.coll == args.coll)
+            .map(|l| {
+                let same = l.dtype == args.dtype && l.op == args.op;
+                (l.plan.clone(), same.then_some(l.tag))
+            });
+        let (plan, last_tag) = match last {
+            Some(hit) => hit,
             None => {
-                let plan = self.make_plan(&mut inner, args, &ctx);
-                if inner.plans.len() >= MAX_PLANS {
-                    inner.plans.clear();
-                }
-                inner.plans.insert(key, plan.clone());
-                plan
+                let key = (args.coll.clone(), elem);
+                let plan = match inner.plans.get(&key) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let plan = self.make_plan(&mut inner, args, &self.ctx(elem))?;
+                        if inner.plans.len() >= MAX_PLANS {
+                            inner.plans.clear();
+                        }
+                        inner.plans.insert(key, plan.clone());
+                        plan
+                    }
+                };
+                (plan, None)
             }
         };
+        if let Some(e) = inner.ep.broken() {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!(
+                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
+                    self.name, self.rank, args.name, e.msg
+                ),
+            ));
+        }
+        // Only operations that reach the wire take a number, so a call refused before this
+        // point leaves every rank's sequence alike.
+        let seq = if matches!(args.coll, Coll::P2p { .. }) {
+            0
+        } else {
+            inner.seq = inner.seq.wrapping_add(1);
+            inner.seq
+        };
         let words = plan
+            .parts
             .iter()
             .map(|p| p.sched.scratch)
             .max()
@@ -631,7 +731,31 @@ impl Communicator {
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
-        for part in plan.iter() {
+        let inner = &mut *inner;
+        let call = match last_tag {
+            Some(t) => t.with_seq(seq),
+            None => {
+                let t = identity::call_tag(&plan.template, &args.coll, args.dtype, args.op, seq)
+                    .encode();
+                inner.last = Some(Last {
+                    coll: args.coll.clone(),
+                    elem,
+                    plan: plan.clone(),
+                    dtype: args.dtype,
+                    op: args.op,
+                    tag: t,
+                });
+                t
+            }
+        };
+        let mut tags = OpTags::new(
+            self.rank,
+            &args.coll,
+            call,
+            Some(&plan.inbound),
+            &mut inner.p2p,
+        );
+        for part in plan.parts.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
                 recv: args.recv + part.recv_off,
@@ -640,7 +764,17 @@ impl Communicator {
             };
             // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
             // every segment addresses a slice of the operation's buffers.
-            let r = unsafe { executor::run(&mut inner.ep, &part.sched, &bufs, red, dl) };
+            let r = unsafe {
+                executor::run(
+                    &mut inner.ep,
+                    &part.sched,
+                    &bufs,
+                    red,
+                    dl,
+                    &mut tags,
+                    &part.notices,
+                )
+            };
             r.map_err(|e| {
                 let e = e.context(format!(
                     "comm {} rank {} {} ({} algorithm)",
@@ -664,7 +798,42 @@ impl Communicator {
 
     /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
-    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Plan {
+    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Result<Plan> {
+        let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
+            // Nothing to move, but the ranks must still agree that nothing is what they called:
+            // the empty operation runs as a barrier of tagged messages.
+            vec![Part {
+                sched: Arc::new(algo::build(&Coll::Barrier, ctx, Algo::Direct)),
+                send_off: 0,
+                recv_off: 0,
+                notices: Arc::from([]),
+            }]
+        } else {
+            self.schedules(inner, args, ctx).to_vec()
+        };
+        let with_notices = identity::needs_notices(identity::kind_of(&args.coll));
+        let mut done: Vec<(Arc<algo::Schedule>, Arc<[Notice]>)> = Vec::new();
+        for part in &mut parts {
+            if let Some((_, n)) = done.iter().find(|(s, _)| Arc::ptr_eq(s, &part.sched)) {
+                part.notices = n.clone();
+                continue;
+            }
+            executor::check_self_pairs(self.rank, &part.sched)?;
+            if with_notices {
+                part.notices = Arc::from(identity::notices(&part.sched, self.rank));
+            }
+            done.push((part.sched.clone(), part.notices.clone()));
+        }
+        let inbound = identity::inbound(self.rank, done.iter().map(|(s, n)| (&**s, &n[..])));
+        Ok(Arc::new(PlanData {
+            parts,
+            inbound,
+            template: identity::template(&args.coll),
+        }))
+    }
+
+    /// The schedules of `args` (see [`Communicator::make_plan`]).
+    fn schedules(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Arc<[Part]> {
         let forced = self.cfg.algo_spec.forced(&args.coll);
         let model = inner.model;
         let algo = forced.unwrap_or_else(|| algo::select::choose_with(&args.coll, ctx, &model));
@@ -676,6 +845,7 @@ impl Communicator {
                 sched,
                 send_off: 0,
                 recv_off: 0,
+                notices: Arc::from([]),
             }])
         };
         if whole.scratch <= limit {
@@ -699,6 +869,7 @@ impl Communicator {
                     sched,
                     send_off: seg.send_off,
                     recv_off: seg.recv_off,
+                    notices: Arc::from([]),
                 };
                 built.push((seg.coll, part));
             }
@@ -801,9 +972,40 @@ fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
     Ok(model)
 }
 
+/// Whether a collective moves no data at all (every count zero). Point-to-point transfers and
+/// barriers are never empty: their messages are what they are about.
+fn nothing_to_move(coll: &Coll) -> bool {
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count == 0,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
+            counts.iter().all(|&c| c == 0)
+        }
+        Coll::AlltoAllV {
+            send_counts,
+            recv_counts,
+            ..
+        } => send_counts.iter().chain(recv_counts).all(|&c| c == 0),
+        Coll::P2p { .. } | Coll::Barrier => false,
+    }
+}
+
+/// How long a rank with an out-of-bounds rank count waits to tell the root.
+const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn check_rank(rank: u32, n: u32) -> Result<()> {
     if n == 0 {
         return Err(Error::new(ErrorKind::Para, "rank count must be at least 1"));
+    }
+    if n > MAX_RANKS {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!("rank count nRanks={n} exceeds the maximum of {MAX_RANKS} ranks"),
+        ));
     }
     if rank >= n {
         return Err(Error::new(

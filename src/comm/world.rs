@@ -803,10 +803,8 @@ mod tests {
         // Nothing shared at all: the parent process (one launcher on one host).
         let bare = key(&[("RANK", "0"), ("WORLD_SIZE", "2")]);
         // SAFETY: getppid has no preconditions.
-        assert_eq!(
-            bare,
-            format!("torchrun/ppid:{}/2", unsafe { libc::getppid() })
-        );
+        let ppid = unsafe { libc::getppid() };
+        assert_eq!(bare, format!("torchrun/ppid:{ppid}/2"));
     }
 
     #[test]

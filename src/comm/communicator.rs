@@ -22,6 +22,7 @@ use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
+use crate::exec::trace::{OpTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
@@ -92,6 +93,8 @@ pub struct Communicator {
     inner: Mutex<Inner>,
     state: Mutex<State>,
     async_err: Mutex<Option<Error>>,
+    /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
+    trace: Option<Tracer>,
 }
 
 /// Marks a communicator in use for the lifetime of the guard.
@@ -502,7 +505,14 @@ impl Communicator {
             }),
             &cfg,
         )?;
+        // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
+        let trace = cfg.env.trace_file.as_deref().and_then(|t| {
+            Tracer::open(t, rank, &name)
+                .map_err(|e| log::error!("comm {name} rank {rank}: {}; not tracing", e.msg))
+                .ok()
+        });
         Ok(Communicator {
+            trace,
             key,
             name,
             rank,
@@ -630,6 +640,9 @@ impl Communicator {
         }
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        if let Some(t) = &self.trace {
+            return self.execute_traced(&mut inner, args, &plan, red, dl, t);
+        }
         let scratch = inner.scratch.as_mut_ptr() as usize;
         for part in plan.iter() {
             let bufs = Buffers {
@@ -655,6 +668,62 @@ impl Communicator {
             })?;
         }
         Ok(())
+    }
+
+    /// [`execute`](Self::execute)'s run of `plan` with every step timed, and the operation
+    /// written to the trace whether it succeeded or not.
+    fn execute_traced(
+        &self,
+        inner: &mut Inner,
+        args: &OpArgs,
+        plan: &Plan,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        t: &Tracer,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut steps = Vec::new();
+        let scratch = inner.scratch.as_mut_ptr() as usize;
+        let mut res = Ok(());
+        for part in plan.iter() {
+            let bufs = Buffers {
+                send: args.send + part.send_off,
+                recv: args.recv + part.recv_off,
+                scratch,
+                ext: args.ext.clone(),
+            };
+            // SAFETY: as in `execute`.
+            res = unsafe {
+                executor::run_traced(&mut inner.ep, &part.sched, &bufs, red, dl, Some(&mut steps))
+            }
+            .map_err(|e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} algorithm)",
+                    self.name, self.rank, args.name, part.sched.algo
+                ));
+                if inner.ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            });
+            if res.is_err() {
+                break;
+            }
+        }
+        let algorithms: Vec<&'static str> = plan.iter().map(|p| p.sched.algo).collect();
+        let error = res.as_ref().err().map(|e| e.msg.as_str());
+        t.record(&OpTrace {
+            op: args.name,
+            dtype: args.dtype.name(),
+            count: element_count(&args.coll, args.dtype.size()),
+            reduce: args.op.map(|o| o.name()),
+            algorithms: &algorithms,
+            start,
+            end: Instant::now(),
+            error,
+            steps: &steps,
+        });
+        res
     }
 
     /// Scratch bytes this communicator holds now.
@@ -807,4 +876,24 @@ fn check_rank(rank: u32, n: u32) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Elements an operation moves, for traces: the count of the plain forms, the sum over blocks of
+/// the V forms (sends of AlltoAllV), and of the items' bytes over `elem` for point-to-point.
+fn element_count(coll: &Coll, elem: usize) -> u64 {
+    let sum = |v: &[usize]| v.iter().map(|&c| c as u64).sum::<u64>();
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count as u64,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => sum(counts),
+        Coll::AlltoAllV { send_counts, .. } => sum(send_counts),
+        Coll::P2p { items } => {
+            items.iter().map(|i| i.bytes as u64).sum::<u64>() / elem.max(1) as u64
+        }
+        Coll::Barrier => 0,
+    }
 }

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::reduce;
+use super::trace::{PeerTraffic, StepTrace};
 use crate::algo::{Action, Buf, Schedule, Span};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -55,10 +56,36 @@ pub unsafe fn run(
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
 ) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe { run_traced(ep, sched, bufs, red, deadline, None) }
+}
+
+/// [`run`], appending a [`StepTrace`] per step (the failing one included) to `log` when given.
+/// Without a log nothing is timed or recorded.
+///
+/// # Safety
+/// As for [`run`].
+pub unsafe fn run_traced(
+    ep: &mut Endpoint,
+    sched: &Schedule,
+    bufs: &Buffers,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+    mut log: Option<&mut Vec<StepTrace>>,
+) -> Result<()> {
     for step in &sched.steps {
         check_self_pairs(ep.rank(), step)?;
+        let start = log.is_some().then(Instant::now);
         // SAFETY: the step's spans lie inside the caller's buffers, valid for the whole call.
-        if let Err(e) = unsafe { run_step(ep, step, bufs, red, deadline) } {
+        let res = unsafe { run_step(ep, step, bufs, red, deadline) };
+        if let (Some(log), Some(start)) = (log.as_deref_mut(), start) {
+            log.push(StepTrace {
+                start,
+                end: Instant::now(),
+                peers: traffic(ep, step),
+            });
+        }
+        if let Err(e) = res {
             // Posted operations must not outlive the call: peers would read or write buffers
             // the caller is about to reuse.
             if ep.broken().is_none() {
@@ -68,6 +95,36 @@ pub unsafe fn run(
         }
     }
     Ok(())
+}
+
+/// What `step` exchanges with each peer (itself excluded), in first-mention order.
+fn traffic(ep: &Endpoint, step: &crate::algo::schedule::Step) -> Vec<PeerTraffic> {
+    let mut peers: Vec<PeerTraffic> = Vec::new();
+    for a in &step.actions {
+        let (peer, sent, received) = match *a {
+            Action::Send { peer, src } => (peer, src.len as u64, 0),
+            Action::Recv { peer, dst } | Action::RecvReduce { peer, dst } => {
+                (peer, 0, dst.len as u64)
+            }
+            _ => continue,
+        };
+        if peer == ep.rank() {
+            continue;
+        }
+        match peers.iter_mut().find(|p| p.peer == peer) {
+            Some(p) => {
+                p.sent += sent;
+                p.received += received;
+            }
+            None => peers.push(PeerTraffic {
+                peer,
+                sent,
+                received,
+                link: ep.link_kind(peer),
+            }),
+        }
+    }
+    peers
 }
 
 /// Rejects a step whose sends to this rank itself do not pair up with its receives from

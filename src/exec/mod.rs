@@ -1,4 +1,6 @@
-//! Execution: running schedules over links, and the reduction kernels they use.
+//! Execution: running schedules over links, the reduction kernels they use, and operation
+//! traces.
 
 pub mod executor;
 pub mod reduce;
+pub mod trace;

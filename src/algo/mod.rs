@@ -1,5 +1,5 @@
 //! Collective algorithms, each a pure function from (rank, rank count, links, counts) to a
-//! [`Schedule`](schedule::Schedule), and the selector that picks one per call.
+//! [`Schedule`], and the selector that picks one per call.
 //!
 //! Where to look: ring algorithms in `ring.rs`, one-step mesh exchanges in `direct.rs`, the
 //! pipelined broadcast chain in `chain.rs`, pairwise AlltoAll in `pairwise.rs`, recursive

@@ -1,6 +1,6 @@
 //! Ring algorithms: each rank talks only to its neighbours, so every link carries the same
 //! load and the bandwidth term is the optimal 2(n-1)/n of the message for AllReduce. Large
-//! blocks are cut into chunks that move through the ring as a pipeline (see [`pipelined`]).
+//! blocks are cut into chunks that move through the ring as a pipeline (see `pipelined`).
 
 use super::schedule::{even_blocks, Action, Buf, Schedule, Span};
 use super::Ctx;

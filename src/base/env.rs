@@ -223,6 +223,9 @@ pub struct EnvConfig {
     /// `HCCL_PEER_NICS` (our extension): comma list of interface names to use for peer data
     /// traffic; empty = unset.
     pub peer_nics: Vec<String>,
+    /// `HCCL_TRACE_FILE` (our extension): path template of the Chrome trace-event file each
+    /// rank writes its operations to (`%r`: the rank, `%p`: the process id); unset: no tracing.
+    pub trace_file: Option<String>,
     /// `HCCL_HOST_ID` (our extension): overrides this host's identity, so several "hosts" can be
     /// simulated on one machine for topology tests.
     pub host_id: Option<String>,
@@ -745,6 +748,7 @@ impl EnvConfig {
             rdma,
             peer_nics,
             host_id,
+            trace_file: r.raw("HCCL_TRACE_FILE"),
             rank_host_map,
             shm_single_copy,
             cost_model,
@@ -840,6 +844,9 @@ mod tests {
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
         assert_eq!(c.host_id, None);
+        assert_eq!(c.trace_file, None);
+        let c = ok(&[("HCCL_TRACE_FILE", " /tmp/t.%r.json ")]);
+        assert_eq!(c.trace_file.as_deref(), Some("/tmp/t.%r.json"));
         assert_eq!(c.shm_single_copy, None);
         assert_eq!(
             ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy,

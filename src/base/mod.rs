@@ -4,7 +4,6 @@
 pub mod dtype;
 pub mod env;
 pub mod error;
-pub mod json;
 pub mod limits;
 pub mod logging;
 pub mod strict_json;

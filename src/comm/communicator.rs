@@ -24,6 +24,7 @@ use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
+use crate::exec::trace::{OpTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
@@ -123,6 +124,8 @@ pub struct Communicator {
     inner: Mutex<Inner>,
     state: Mutex<State>,
     async_err: Mutex<Option<Error>>,
+    /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
+    trace: Option<Tracer>,
 }
 
 /// Marks a communicator in use for the lifetime of the guard.
@@ -558,7 +561,14 @@ impl Communicator {
             }),
             &cfg,
         )?;
+        // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
+        let trace = cfg.env.trace_file.as_deref().and_then(|t| {
+            Tracer::open(t, rank, &name)
+                .map_err(|e| log::error!("comm {name} rank {rank}: {}; not tracing", e.msg))
+                .ok()
+        });
         Ok(Communicator {
+            trace,
             key,
             name,
             rank,
@@ -755,6 +765,9 @@ impl Communicator {
             Some(&plan.inbound),
             &mut inner.p2p,
         );
+        if let Some(t) = &self.trace {
+            return self.execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t);
+        }
         for part in plan.parts.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
@@ -789,6 +802,73 @@ impl Communicator {
             })?;
         }
         Ok(())
+    }
+
+    /// [`execute`](Self::execute)'s run of `plan` with every step timed, and the operation
+    /// written to the trace whether it succeeded or not.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_traced(
+        &self,
+        ep: &mut Endpoint,
+        args: &OpArgs,
+        plan: &Plan,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        scratch: usize,
+        tags: &mut OpTags,
+        t: &Tracer,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut steps = Vec::new();
+        let mut res = Ok(());
+        for part in plan.parts.iter() {
+            let bufs = Buffers {
+                send: args.send + part.send_off,
+                recv: args.recv + part.recv_off,
+                scratch,
+                ext: args.ext.clone(),
+            };
+            // SAFETY: as in `execute`.
+            res = unsafe {
+                executor::run_traced(
+                    ep,
+                    &part.sched,
+                    &bufs,
+                    red,
+                    dl,
+                    tags,
+                    &part.notices,
+                    Some(&mut steps),
+                )
+            }
+            .map_err(|e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} algorithm)",
+                    self.name, self.rank, args.name, part.sched.algo
+                ));
+                if ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            });
+            if res.is_err() {
+                break;
+            }
+        }
+        let algorithms: Vec<&'static str> = plan.parts.iter().map(|p| p.sched.algo).collect();
+        let error = res.as_ref().err().map(|e| e.msg.as_str());
+        t.record(&OpTrace {
+            op: args.name,
+            dtype: args.dtype.name(),
+            count: element_count(&args.coll, args.dtype.size()),
+            reduce: args.op.map(|o| o.name()),
+            algorithms: &algorithms,
+            start,
+            end: Instant::now(),
+            error,
+            steps: &steps,
+        });
+        res
     }
 
     /// Scratch bytes this communicator holds now.
@@ -1014,4 +1094,24 @@ fn check_rank(rank: u32, n: u32) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Elements an operation moves, for traces: the count of the plain forms, the sum over blocks of
+/// the V forms (sends of AlltoAllV), and of the items' bytes over `elem` for point-to-point.
+fn element_count(coll: &Coll, elem: usize) -> u64 {
+    let sum = |v: &[usize]| v.iter().map(|&c| c as u64).sum::<u64>();
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count as u64,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => sum(counts),
+        Coll::AlltoAllV { send_counts, .. } => sum(send_counts),
+        Coll::P2p { items } => {
+            items.iter().map(|i| i.bytes as u64).sum::<u64>() / elem.max(1) as u64
+        }
+        Coll::Barrier => 0,
+    }
 }

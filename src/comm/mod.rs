@@ -15,6 +15,7 @@ pub mod rank_table;
 pub mod registry;
 pub mod root_info;
 pub mod segment;
+pub mod slurm;
 pub mod world;
 
 pub use communicator::{Communicator, OpArgs};

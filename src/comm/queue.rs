@@ -4,7 +4,7 @@
 //! yet runs it itself, which saves the hand-over to the worker when it would only wait anyway.
 //!
 //! Order between queued operations and operations run directly (through
-//! [`dispatch`](super::dispatch)) comes from the communicator's ticket order: an operation's
+//! [`dispatch`]) comes from the communicator's ticket order: an operation's
 //! place is taken when it is issued ([`dispatch::issue`]), whichever thread runs it.
 
 use std::any::Any;

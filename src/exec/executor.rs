@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use super::identity::{Notice, OpTags};
 use super::reduce;
+use super::trace::{PeerTraffic, StepTrace};
 use crate::algo::{Action, Buf, Schedule, Span};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -60,13 +61,42 @@ pub unsafe fn run(
     tags: &mut OpTags,
     notices: &[Notice],
 ) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe { run_traced(ep, sched, bufs, red, deadline, tags, notices, None) }
+}
+
+/// [`run`], appending a [`StepTrace`] per step (the failing one included) to `log` when given.
+/// Without a log nothing is timed or recorded.
+///
+/// # Safety
+/// As for [`run`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run_traced(
+    ep: &mut Endpoint,
+    sched: &Schedule,
+    bufs: &Buffers,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+    notices: &[Notice],
+    mut log: Option<&mut Vec<StepTrace>>,
+) -> Result<()> {
     let mut notices = notices;
     for (i, step) in sched.steps.iter().enumerate() {
         let now = notices.iter().take_while(|n| n.step as usize == i).count();
         let (these, later) = notices.split_at(now);
         notices = later;
+        let start = log.is_some().then(Instant::now);
         // SAFETY: the step's spans lie inside the caller's buffers, valid for the whole call.
-        if let Err(e) = unsafe { run_step(ep, step, bufs, red, deadline, tags, these) } {
+        let res = unsafe { run_step(ep, step, bufs, red, deadline, tags, these) };
+        if let (Some(log), Some(start)) = (log.as_deref_mut(), start) {
+            log.push(StepTrace {
+                start,
+                end: Instant::now(),
+                peers: traffic(ep, step),
+            });
+        }
+        if let Err(e) = res {
             // Posted operations must not outlive the call: peers would read or write buffers
             // the caller is about to reuse.
             if ep.broken().is_none() {
@@ -76,6 +106,36 @@ pub unsafe fn run(
         }
     }
     Ok(())
+}
+
+/// What `step` exchanges with each peer (itself excluded), in first-mention order.
+fn traffic(ep: &Endpoint, step: &crate::algo::schedule::Step) -> Vec<PeerTraffic> {
+    let mut peers: Vec<PeerTraffic> = Vec::new();
+    for a in &step.actions {
+        let (peer, sent, received) = match *a {
+            Action::Send { peer, src } => (peer, src.len as u64, 0),
+            Action::Recv { peer, dst } | Action::RecvReduce { peer, dst } => {
+                (peer, 0, dst.len as u64)
+            }
+            _ => continue,
+        };
+        if peer == ep.rank() {
+            continue;
+        }
+        match peers.iter_mut().find(|p| p.peer == peer) {
+            Some(p) => {
+                p.sent += sent;
+                p.received += received;
+            }
+            None => peers.push(PeerTraffic {
+                peer,
+                sent,
+                received,
+                link: ep.link_kind(peer),
+            }),
+        }
+    }
+    peers
 }
 
 /// Rejects a schedule whose sends to this rank itself do not pair up with its receives from

@@ -1,6 +1,7 @@
-//! Execution: running schedules over links, naming each operation on the wire, and the
-//! reduction kernels the schedules use.
+//! Execution: running schedules over links, naming each operation on the wire, the reduction
+//! kernels the schedules use, and operation traces.
 
 pub mod executor;
 pub mod identity;
 pub mod reduce;
+pub mod trace;

@@ -1,7 +1,7 @@
 //! The communicator management functions of `hccl_comm.h`.
 //!
 //! This file is the source cbindgen reads for `include/hccl/hccl_comm.h`. Every body is one
-//! [`entry!`] (see [`super::boundary`]).
+//! `entry!` (see [`super::boundary`]).
 //!
 //! # Safety
 //! These are C entry points with HCCL's contract: every pointer argument is either NULL

@@ -19,7 +19,8 @@
 //! With `HCCL_WHITELIST_DISABLE=0`, connections from addresses not listed under `host_ip` in
 //! `HCCL_WHITELIST_FILE` (`{"host_ip": ["ip", ...], "device_ip": [...]}`, the vendor format;
 //! `device_ip` is accepted and, as in the vendor library, not used) are refused before anything
-//! is read, logged at error level, and the refusal is reported to the connecting rank.
+//! is read, logged at error level, and the refusal is reported to the connecting rank. The file
+//! is read with the rank table's bounds (size, nesting, no key twice in one object).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -31,7 +32,8 @@ use parking_lot::{Condvar, Mutex};
 use super::gate::{Arrival, Gate, GateConfig, Listener};
 use crate::base::env::EnvConfig;
 use crate::base::error::{Error, ErrorKind, Result};
-use crate::base::limits::MAX_RANKS;
+use crate::base::limits::{MAX_RANKS, MAX_RANK_TABLE_BYTES, MAX_RANK_TABLE_DEPTH};
+use crate::base::strict_json;
 
 const HS_MAGIC: u32 = 0x4843_4444;
 /// Bytes of a handshake.
@@ -110,7 +112,7 @@ impl Whitelist {
                 format!("HCCL_WHITELIST_FILE {path}: {why}"),
             )
         };
-        let doc = crate::base::json::parse(text).map_err(|e| bad(e.msg))?;
+        let doc = strict_json::parse(text, MAX_RANK_TABLE_DEPTH).map_err(|e| bad(e.msg))?;
         let list = doc
             .get("host_ip")
             .ok_or_else(|| bad("no \"host_ip\" list".into()))?
@@ -147,10 +149,27 @@ impl Whitelist {
             ));
         };
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let unreadable = |e: std::io::Error| {
             Error::new(
                 ErrorKind::OpenFile,
                 format!("cannot read HCCL_WHITELIST_FILE {shown}: {e}"),
+            )
+        };
+        // Bounded like a rank table: one byte past the bound is read, never more.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_RANK_TABLE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(unreadable)?;
+        if bytes.len() as u64 > MAX_RANK_TABLE_BYTES {
+            return Err(Error::new(
+                ErrorKind::Para,
+                format!("HCCL_WHITELIST_FILE {shown} is larger than {MAX_RANK_TABLE_BYTES} bytes"),
+            ));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::new(
+                ErrorKind::Para,
+                format!("HCCL_WHITELIST_FILE {shown} is not UTF-8 text"),
             )
         })?;
         Whitelist::parse(&shown, &text).map(Some)
@@ -620,11 +639,54 @@ mod tests {
             r#"{"host_ip": "198.18.0.1"}"#,
             r#"{"host_ip": ["198.18.0"]}"#,
             r#"{"host_ip": [], "device_ip": 3}"#,
+            r#"{"host_ip": ["198.18.0.1"], "host_ip": ["198.18.0.2"]}"#,
+            r#"{"host_ip": ["198.18.0.1"]} trailing"#,
+            r#"{"host_ip": ["198.18.0.1"]"#,
             "not json",
         ] {
             let e = Whitelist::parse("w.json", bad).unwrap_err();
             assert!(e.msg.contains("HCCL_WHITELIST_FILE w.json"), "{}", e.msg);
         }
+        let e =
+            Whitelist::parse("w.json", r#"{"host_ip": ["1.2.3.4"], "host_ip": []}"#).unwrap_err();
+        assert!(e.msg.contains("host_ip"), "{}", e.msg);
+        let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        let e = Whitelist::parse("w.json", &deep).unwrap_err();
+        assert!(e.msg.contains("nested more than"), "{}", e.msg);
+    }
+
+    #[test]
+    fn whitelist_file_is_read_with_a_bound() {
+        let dir = std::env::temp_dir().join(format!("hccl-wl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = |path: &std::path::Path| {
+            let path = path.display().to_string();
+            EnvConfig::from_lookup(|k| match k {
+                "HCCL_WHITELIST_DISABLE" => Some("0".into()),
+                "HCCL_WHITELIST_FILE" => Some(path.clone()),
+                _ => None,
+            })
+            .unwrap()
+        };
+        let ok = dir.join("ok.json");
+        std::fs::write(&ok, r#"{"host_ip": ["10.0.0.1"]}"#).unwrap();
+        let w = Whitelist::from_env(&env(&ok)).unwrap().unwrap();
+        assert!(w.admits("10.0.0.1".parse().unwrap()));
+        let big = dir.join("big.json");
+        let mut text = br#"{"host_ip": ["10.0.0.1"]}"#.to_vec();
+        text.resize(MAX_RANK_TABLE_BYTES as usize + 1, b' ');
+        std::fs::write(&big, text).unwrap();
+        let e = Whitelist::from_env(&env(&big)).unwrap_err();
+        assert!(
+            e.msg.contains("larger than") && e.msg.contains("big.json"),
+            "{}",
+            e.msg
+        );
+        let missing = dir.join("missing.json");
+        let e = Whitelist::from_env(&env(&missing)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::OpenFile);
+        assert!(e.msg.contains("missing.json"), "{}", e.msg);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

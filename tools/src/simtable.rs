@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use hccl::base::json::Json;
+use serde_json::{json, Map, Value};
 
 use crate::plot::{self, png, Series};
 
@@ -57,13 +57,12 @@ pub struct Table {
 impl Table {
     /// The table as JSON: configuration, proofs, and one object per size.
     pub fn to_json(&self) -> String {
-        let num = |x: f64| Json::from(x);
-        let rows: Vec<Json> = self
+        let rows: Vec<Value> = self
             .sizes
             .iter()
             .enumerate()
             .map(|(i, &b)| {
-                let algos: Vec<(String, Json)> = self
+                let algos: Map<String, Value> = self
                     .algos
                     .iter()
                     .zip(&self.times[i])
@@ -72,64 +71,50 @@ impl Table {
                             let busbw = b as f64 / t * self.bus_factor / 1e9;
                             (
                                 a.clone(),
-                                Json::Object(vec![
-                                    ("seconds".into(), num(t)),
-                                    ("bus_bandwidth_gbps".into(), num(busbw)),
-                                ]),
+                                json!({ "seconds": t, "bus_bandwidth_gbps": busbw }),
                             )
                         })
                     })
                     .collect();
-                let pick = self.pick[i].map_or(Json::Null, |k| Json::from(self.algos[k].as_str()));
-                Json::Object(vec![
-                    ("bytes".into(), Json::from(b as u64)),
-                    ("pick".into(), pick),
-                    ("algorithms".into(), Json::Object(algos)),
-                ])
+                json!({
+                    "bytes": b as u64,
+                    "pick": self.pick[i].map(|k| self.algos[k].as_str()),
+                    "algorithms": algos,
+                })
             })
             .collect();
-        let proofs: Vec<Json> = self
+        let proofs: Vec<Value> = self
             .proofs
             .iter()
             .map(|p| {
-                Json::Object(vec![
-                    ("algorithm".into(), Json::from(p.algo.as_str())),
-                    ("correct".into(), Json::from(p.error.is_none())),
-                    (
-                        "error".into(),
-                        p.error.as_deref().map_or(Json::Null, Json::from),
-                    ),
-                    ("steps".into(), Json::from(p.steps as u64)),
-                    ("messages".into(), Json::from(p.messages as u64)),
-                    ("fixed_reduction_order".into(), Json::from(p.order_fixed)),
-                    ("seconds".into(), num(p.seconds)),
-                ])
+                json!({
+                    "algorithm": p.algo,
+                    "correct": p.error.is_none(),
+                    "error": p.error,
+                    "steps": p.steps as u64,
+                    "messages": p.messages as u64,
+                    "fixed_reduction_order": p.order_fixed,
+                    "seconds": p.seconds,
+                })
             })
             .collect();
-        Json::Object(vec![
-            ("op".into(), Json::from(self.op.as_str())),
-            ("ranks".into(), Json::from(self.hosts * self.per_host)),
-            ("hosts".into(), Json::from(self.hosts)),
-            ("ranks_per_host".into(), Json::from(self.per_host)),
-            ("model".into(), Json::from(self.model.as_str())),
-            (
-                "parameters".into(),
-                Json::Object(
-                    self.params
-                        .iter()
-                        .map(|(k, v)| (k.clone(), num(*v)))
-                        .collect(),
-                ),
-            ),
-            (
-                "topology".into(),
-                self.topology.as_deref().map_or(Json::Null, Json::from),
-            ),
-            ("proofs".into(), Json::Array(proofs)),
-            ("rows".into(), Json::Array(rows)),
-        ])
-        .to_string_pretty()
-            + "\n"
+        let params: Map<String, Value> = self
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let doc = json!({
+            "op": self.op,
+            "ranks": self.hosts * self.per_host,
+            "hosts": self.hosts,
+            "ranks_per_host": self.per_host,
+            "model": self.model,
+            "parameters": params,
+            "topology": self.topology,
+            "proofs": proofs,
+            "rows": rows,
+        });
+        serde_json::to_string_pretty(&doc).expect("a JSON value always serialises") + "\n"
     }
 
     /// The time unit that keeps axis labels short: (name, seconds per unit).
@@ -344,7 +329,7 @@ mod tests {
     #[test]
     fn json_has_every_row_and_parses_back() {
         let t = table();
-        let j = hccl::base::json::parse(&t.to_json()).unwrap();
+        let j: Value = serde_json::from_str(&t.to_json()).unwrap();
         let rows = j.get("rows").unwrap().as_array().unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].get("pick").unwrap().as_str(), Some("ring"));

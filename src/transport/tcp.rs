@@ -550,7 +550,9 @@ impl TcpLink {
     }
 
     /// The reason the peer gave when it aborted, if its abort record is the next thing to read
-    /// on socket `s` (a send that fails because the peer shut the link down finds it there).
+    /// on socket `s` (a send that fails because the peer shut the link down finds it there), or
+    /// the disagreement that the header of the peer's next message shows against the receive
+    /// posted for it.
     #[cold]
     fn peer_abort(&mut self, s: usize) -> Option<Error> {
         if self.socks[s].rx_hdr_got != 0 || self.socks[s].rx_got != 0 {
@@ -567,7 +569,15 @@ impl TcpLink {
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
             )
         };
-        let ph = PartHeader::decode(&h).filter(|p| r == HDR as isize && p.abort)?;
+        let ph = PartHeader::decode(&h).filter(|_| r == HDR as isize)?;
+        if !ph.abort {
+            // A peer that refused this rank's message shuts the link down in the middle of its
+            // own message, where no abort record fits; its header, waiting here, names what it
+            // called, which is the reason.
+            let idx = (self.socks[s].rx_seq - self.rx_base) as usize;
+            let op = self.rx.get(idx)?;
+            return Tag::check(&ph.tag, &op.tag, self.peer, self.me).err();
+        }
         // SAFETY: consumes the HDR bytes just seen.
         unsafe { libc::recv(fd, h.as_mut_ptr().cast(), HDR, libc::MSG_DONTWAIT) };
         Some(self.read_abort(s, &ph, &[]))

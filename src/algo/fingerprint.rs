@@ -1,4 +1,4 @@
-//! The fast proof of schedules: the guarantees of [`symbolic`](super::symbolic) — every output
+//! The fast proof of schedules: the guarantees of [`symbolic`] — every output
 //! element holds each contribution exactly once, nothing is read before it arrives, no
 //! deadlock, and whether reductions follow a fixed order — in memory and time that grow about
 //! linearly with the messages a schedule sends, so every algorithm can be proved at thousands

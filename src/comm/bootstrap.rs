@@ -153,7 +153,7 @@ impl Hello {
 }
 
 /// The root's answer header: `Ok(len)` announces a table of `len` records; an error carries the
-/// announced message length in its text's place (read it with [`read_answer`]).
+/// announced message length in its text's place (read it with `read_answer`).
 pub fn decode_answer_head(head: &[u8; 8]) -> (u32, u32) {
     (le32(&head[0..4]), le32(&head[4..8]))
 }

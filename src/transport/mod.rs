@@ -89,8 +89,8 @@ pub enum LinkKind {
 
 /// What the running operation accepts from each peer. A peer that called something else may
 /// send to this rank where no receive is posted (its schedule differs), and both would wait
-/// until the timeout; a rank that waits without progress for [`STRAY_CHECK`] therefore looks at
-/// such unclaimed messages and asks this whether they can belong to the operation.
+/// until the timeout; a rank that waits without progress for `STRAY_CHECK` (50 ms) therefore
+/// looks at such unclaimed messages and asks this whether they can belong to the operation.
 pub trait Expectation {
     /// Ok when an unclaimed message from `peer` tagged `tag` may be taken by a later step or a
     /// later operation; the mismatch error when this rank will never accept it.

@@ -304,8 +304,10 @@ mod tests {
                         .unwrap();
                     assert!(req.wait(None).unwrap().is_ok());
                     assert_eq!(then_ran.load(Ordering::SeqCst), 1);
-                    // The callback runs exactly once, before or after wait returns.
+                    // The callback runs exactly once, before or after wait returns: on
+                    // the worker's thread it may still be running, so join the worker first.
                     req.on_done(Box::new(|_| {}));
+                    q.join();
                     (a, b, seen)
                 })
             })

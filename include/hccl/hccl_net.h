@@ -18,6 +18,8 @@
  *   - isend/irecv are tagged messages: a receive matches the send of the same comm with the same
  *     tag; messages of one tag match in the order they were sent. A receive buffer shorter
  *     than the message fails the receive with HCCL_NET_E_TRUNCATED.
+ *   - A failed request (truncation, a lost peer) ends its comm: every later call on that comm
+ *     answers HCCL_NET_E_REMOTE (providers differ in what survives such failures); close it.
  *   - iwrite (when HCCL_NET_FLAG_RMA) writes into a peer's registered memory, described by the
  *     hcclNetMrDesc_t the peer obtained with getMrDesc() and sent over any channel, and
  *     delivers a 32-bit immediate value that the peer collects with pollImm() once the data is

@@ -13,7 +13,9 @@ fn main() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let obj = out.join("shim.o");
     let st = Command::new(&cc)
-        .args(["-c", "-fPIC", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .args([
+            "-c", "-fPIC", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror",
+        ])
         .arg(&src)
         .arg("-o")
         .arg(&obj)

@@ -26,7 +26,10 @@
  *     in place.
  *   - Every isend/irecv/iwrite returns a request; test() reports completion (and frees the
  *     request) or an error (and frees it as well). Progress is made inside the plugin calls
- *     (test, pollImm, connectTest, accept and the posting calls); there is no thread.
+ *     (test, pollImm, connectTest, accept and the posting calls) and only for the comm called;
+ *     there is no thread. A waiting caller therefore tests all its outstanding requests in
+ *     one loop: a large send can need its receiving comm (in the same or the peer process)
+ *     to be polled before it completes.
  *
  * Handles (listen comms, comms, memory registrations, requests) are opaque. The plugin checks
  * every handle it is given: NULL, unknown, already closed or of the wrong kind answers
@@ -141,7 +144,8 @@ typedef struct {
 
     /* Starts listening on dev; *handle is what the peer's connect() needs. */
     hcclNetResult_t (*listen)(int dev, hcclNetHandle_t *handle, void **listenComm);
-    /* Non-blocking: *comm is a new, connected comm, or NULL when no peer has arrived yet. */
+    /* Non-blocking: *comm is a new, connected comm, or NULL while none is ready. The calls
+     * themselves drive the handshake: keep calling until the expected peers have arrived. */
     hcclNetResult_t (*accept)(void *listenComm, void **comm);
     hcclNetResult_t (*closeListen)(void *listenComm);
 

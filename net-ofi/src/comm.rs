@@ -223,7 +223,9 @@ impl EpState {
             id,
         });
         let mut buf = buf;
-        let bufp = buf.as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let bufp = buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
         let rc = f(ep, (&mut *ctx as *mut OpCtx).cast(), bufp);
         if rc < 0 {
             // SAFETY: constant query.
@@ -340,7 +342,11 @@ impl EpState {
 }
 
 fn cstr(msg: &[std::ffi::c_char]) -> String {
-    let bytes: Vec<u8> = msg.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = msg
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -359,6 +365,9 @@ struct ListenState {
     eps: EpState,
     nonce: u64,
     hello: Option<u64>,
+    /// Accepted comms whose ACK has not left yet; accept() drives them and hands them out
+    /// once it has, so the connector completes while the acceptor polls accept alone.
+    accepting: Vec<Comm>,
 }
 
 impl ListenComm {
@@ -375,6 +384,7 @@ impl ListenComm {
                 eps: EpState::new(ep, format!("listener on device {}", dev.index)),
                 nonce,
                 hello: None,
+                accepting: Vec::new(),
             }),
         };
         Ok((l, handle))
@@ -387,12 +397,31 @@ impl ListenComm {
         if let Some(e) = &st.eps.broken {
             return Err(e.clone());
         }
+        if let Some(c) = Self::ready_one(&mut st.accepting) {
+            return Ok(Some(c));
+        }
         if st.hello.is_none() {
             let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
-            let id = st.eps.post("fi_trecv", Kind::CtrlRecv, HANDLE_BYTES, None, Some(buf), |ep, ctx, b| {
-                // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
-                unsafe { sys::hno_trecv(ep, b.cast(), HANDLE_BYTES, std::ptr::null_mut(), TAG_HELLO, ctx) }
-            });
+            let id = st.eps.post(
+                "fi_trecv",
+                Kind::CtrlRecv,
+                HANDLE_BYTES,
+                None,
+                Some(buf),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
+                    unsafe {
+                        sys::hno_trecv(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            TAG_HELLO,
+                            ctx,
+                        )
+                    }
+                },
+            );
             match id {
                 Ok(id) => st.hello = Some(id),
                 Err(NetError::Again) => return Ok(None),
@@ -415,7 +444,8 @@ impl ListenComm {
         match hello {
             Ok(h) if h.nonce == st.nonce => {
                 let comm = Comm::accepted(&self.dev, &h.addr, st.nonce)?;
-                Ok(Some(comm))
+                st.accepting.push(comm);
+                Ok(Self::ready_one(&mut st.accepting))
             }
             Ok(_) => {
                 log::warn("listener: ignored a hello carrying another listener's nonce");
@@ -428,9 +458,31 @@ impl ListenComm {
         }
     }
 
+    /// Drives the accepted comms; takes out the first whose ACK has left (failed ones are
+    /// dropped: their connector sees its connect fail or time out).
+    fn ready_one(accepting: &mut Vec<Comm>) -> Option<Comm> {
+        let mut i = 0;
+        while i < accepting.len() {
+            match accepting[i].ack_sent() {
+                Ok(true) => return Some(accepting.remove(i)),
+                Ok(false) => i += 1,
+                Err(e) => {
+                    log::warn(&format!(
+                        "listener: dropped a connection whose ACK failed: {e}"
+                    ));
+                    accepting.remove(i);
+                }
+            }
+        }
+        None
+    }
+
     /// Closes the endpoint.
     pub fn close(&self) -> NetResult<()> {
         let mut st = lock(&self.st)?;
+        for c in st.accepting.drain(..) {
+            let _ = c.close();
+        }
         st.eps.ep = None;
         st.eps.ops.clear();
         Ok(())
@@ -483,10 +535,26 @@ impl Comm {
         let mut tries = 0;
         let ack = loop {
             tries += 1;
-            match st.eps.post("fi_trecv", Kind::CtrlRecv, HANDLE_BYTES, None, Some(buf.clone()), |ep, ctx, b| {
-                // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
-                unsafe { sys::hno_trecv(ep, b.cast(), HANDLE_BYTES, std::ptr::null_mut(), TAG_ACK, ctx) }
-            }) {
+            match st.eps.post(
+                "fi_trecv",
+                Kind::CtrlRecv,
+                HANDLE_BYTES,
+                None,
+                Some(buf.clone()),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
+                    unsafe {
+                        sys::hno_trecv(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            TAG_ACK,
+                            ctx,
+                        )
+                    }
+                },
+            ) {
                 Err(NetError::Again) if tries < 1000 => continue,
                 Err(NetError::Again) => {
                     return Err(NetError::Internal("a new endpoint refuses receives".into()))
@@ -498,7 +566,13 @@ impl Comm {
         st.ctrl_out = Some((
             TAG_HELLO,
             listener,
-            Box::new(Ctrl { nonce: target.nonce, addr }.encode()),
+            Box::new(
+                Ctrl {
+                    nonce: target.nonce,
+                    addr,
+                }
+                .encode(),
+            ),
         ));
         st.drive();
         Ok(Comm {
@@ -528,6 +602,14 @@ impl Comm {
         let st = lock(&self.st)?;
         st.eps.ep()?;
         Ok(st)
+    }
+
+    /// Whether this accepted comm's ACK has been sent (drives it).
+    fn ack_sent(&self) -> NetResult<bool> {
+        let mut st = self.state()?;
+        st.drive();
+        st.usable()?;
+        Ok(st.ctrl_out.is_none() && !st.eps.ops.values().any(|o| o.kind == Kind::CtrlSend))
     }
 
     /// Whether the handshake has finished.
@@ -588,10 +670,12 @@ impl Comm {
             return Err(NetError::Again);
         };
         let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
-        let id = st.eps.post("fi_tsend", Kind::UserSend, size, mr, None, |ep, ctx, _| {
-            // SAFETY: the caller vouches for [data, data + size) until the request completes.
-            unsafe { sys::hno_tsend(ep, data, size, desc, peer, tag as u64, ctx) }
-        })?;
+        let id = st
+            .eps
+            .post("fi_tsend", Kind::UserSend, size, mr, None, |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes.
+                unsafe { sys::hno_tsend(ep, data, size, desc, peer, tag as u64, ctx) }
+            })?;
         Ok(self.request(&mut st, id))
     }
 
@@ -607,10 +691,12 @@ impl Comm {
         let mut st = self.state()?;
         st.usable()?;
         let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
-        let id = st.eps.post("fi_trecv", Kind::UserRecv, size, mr, None, |ep, ctx, _| {
-            // SAFETY: the caller vouches for [data, data + size) until the request completes.
-            unsafe { sys::hno_trecv(ep, data, size, desc, tag as u64, ctx) }
-        })?;
+        let id = st
+            .eps
+            .post("fi_trecv", Kind::UserRecv, size, mr, None, |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes.
+                unsafe { sys::hno_trecv(ep, data, size, desc, tag as u64, ctx) }
+            })?;
         Ok(self.request(&mut st, id))
     }
 
@@ -639,7 +725,10 @@ impl Comm {
             )));
         }
         let addr = remote.base.checked_add(offset).ok_or_else(|| {
-            NetError::Invalid(format!("remote base {:#x} + offset {offset} overflows", remote.base))
+            NetError::Invalid(format!(
+                "remote base {:#x} + offset {offset} overflows",
+                remote.base
+            ))
         })?;
         let key = remote.key;
         let mut st = self.state()?;
@@ -649,11 +738,20 @@ impl Comm {
             return Err(NetError::Again);
         };
         let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
-        let id = st.eps.post("fi_writedata", Kind::UserSend, size, mr, None, |ep, ctx, _| {
-            // SAFETY: the caller vouches for [data, data + size) until the request completes;
-            // the remote side is checked by the provider against the key.
-            unsafe { sys::hno_writedata(ep, data, size, desc, imm as u64, peer, addr, key, ctx) }
-        })?;
+        let id = st.eps.post(
+            "fi_writedata",
+            Kind::UserSend,
+            size,
+            mr,
+            None,
+            |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes;
+                // the remote side is checked by the provider against the key.
+                unsafe {
+                    sys::hno_writedata(ep, data, size, desc, imm as u64, peer, addr, key, ctx)
+                }
+            },
+        )?;
         Ok(self.request(&mut st, id))
     }
 
@@ -680,7 +778,11 @@ impl Comm {
         st.drive();
         let broken = st.eps.broken.clone();
         let state = match st.eps.ops.get(&id) {
-            None => return Err(NetError::Invalid(format!("request {id} is not pending on this comm"))),
+            None => {
+                return Err(NetError::Invalid(format!(
+                    "request {id} is not pending on this comm"
+                )))
+            }
             Some(op) => op.state.clone(),
         };
         let outcome = match (state, broken) {
@@ -718,10 +820,27 @@ impl CommState {
     /// Posts a waiting control message, reads completions and finishes the handshake.
     fn drive(&mut self) {
         if let Some((tag, dest, payload)) = self.ctrl_out.take() {
-            let r = self.eps.post("fi_tsend", Kind::CtrlSend, HANDLE_BYTES, None, Some(payload.clone()), |ep, ctx, b| {
-                // SAFETY: b is the op's own copy of the payload, alive until the op completes.
-                unsafe { sys::hno_tsend(ep, b.cast(), HANDLE_BYTES, std::ptr::null_mut(), dest, tag, ctx) }
-            });
+            let r = self.eps.post(
+                "fi_tsend",
+                Kind::CtrlSend,
+                HANDLE_BYTES,
+                None,
+                Some(payload.clone()),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own copy of the payload, alive until the op completes.
+                    unsafe {
+                        sys::hno_tsend(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            dest,
+                            tag,
+                            ctx,
+                        )
+                    }
+                },
+            );
             match r {
                 Ok(_) => {}
                 Err(NetError::Again) => self.ctrl_out = Some((tag, dest, payload)),
@@ -749,9 +868,15 @@ impl CommState {
         };
         let r = ack.and_then(|a| {
             if a.nonce != self.nonce {
-                return Err(NetError::Remote("the acceptor answered with another listener's nonce".into()));
+                return Err(NetError::Remote(
+                    "the acceptor answered with another listener's nonce".into(),
+                ));
             }
-            let ep = self.eps.ep.as_ref().ok_or_else(|| NetError::Invalid("comm is closed".into()))?;
+            let ep = self
+                .eps
+                .ep
+                .as_ref()
+                .ok_or_else(|| NetError::Invalid("comm is closed".into()))?;
             av_insert(ep, &a.addr)
         });
         match r {
@@ -789,7 +914,10 @@ mod tests {
         for len in [0u16, (MAX_ADDR + 1) as u16, u16::MAX] {
             let mut bad = b;
             bad[6..8].copy_from_slice(&len.to_le_bytes());
-            assert!(matches!(Ctrl::decode(&bad), Err(NetError::Invalid(_))), "{len}");
+            assert!(
+                matches!(Ctrl::decode(&bad), Err(NetError::Invalid(_))),
+                "{len}"
+            );
         }
         assert!(Ctrl::decode(&[0; HANDLE_BYTES]).is_err());
     }

@@ -80,7 +80,10 @@ unsafe extern "C" fn init(config: *const NetConfig, log_fn: LogFn, log_ctx: *mut
         // SAFETY: a non-null config points to a hcclNetConfig_t (C contract).
         let cfg = unsafe { config.as_ref() }.copied().unwrap_or_default();
         fabric::check_config(&cfg)?;
-        DEVICES.get_or_init(|| fabric::discover(&cfg)).clone().map(|_| ())
+        DEVICES
+            .get_or_init(|| fabric::discover(&cfg))
+            .clone()
+            .map(|_| ())
     })
 }
 
@@ -100,7 +103,11 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut NetProperties) -> c_
     })
 }
 
-unsafe extern "C" fn listen(dev: c_int, handle: *mut NetHandle, listen_comm: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn listen(
+    dev: c_int,
+    handle: *mut NetHandle,
+    listen_comm: *mut *mut c_void,
+) -> c_int {
     boundary("listen", || {
         let handle = out(handle, "handle")?;
         let listen_comm = out(listen_comm, "listenComm")?;
@@ -133,11 +140,16 @@ unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> c_int {
     })
 }
 
-unsafe extern "C" fn connect(dev: c_int, handle: *const NetHandle, comm: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn connect(
+    dev: c_int,
+    handle: *const NetHandle,
+    comm: *mut *mut c_void,
+) -> c_int {
     boundary("connect", || {
         let comm = out(comm, "comm")?;
         // SAFETY: a non-null handle points to a hcclNetHandle_t (C contract).
-        let handle = unsafe { handle.as_ref() }.ok_or_else(|| NetError::Invalid("handle is NULL".into()))?;
+        let handle =
+            unsafe { handle.as_ref() }.ok_or_else(|| NetError::Invalid("handle is NULL".into()))?;
         let c = Comm::connect(device(dev)?, handle)?;
         *comm = handles::insert(Obj::Comm(Arc::new(c)));
         Ok(())
@@ -152,7 +164,12 @@ unsafe extern "C" fn connect_test(comm: *mut c_void, connected: *mut c_int) -> c
     })
 }
 
-unsafe extern "C" fn reg_mr(comm: *mut c_void, data: *mut c_void, size: usize, mhandle: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn reg_mr(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    mhandle: *mut *mut c_void,
+) -> c_int {
     boundary("regMr", || {
         let mhandle = out(mhandle, "mhandle")?;
         let c = handles::comm(comm)?;
@@ -176,7 +193,8 @@ unsafe extern "C" fn dereg_mr(mhandle: *mut c_void) -> c_int {
 unsafe extern "C" fn get_mr_desc(mhandle: *mut c_void, desc: *mut MrDesc) -> c_int {
     boundary("getMrDesc", || {
         let desc = out(desc, "desc")?;
-        let m = handles::mr_opt(mhandle)?.ok_or_else(|| NetError::Invalid("memory handle is NULL".into()))?;
+        let m = handles::mr_opt(mhandle)?
+            .ok_or_else(|| NetError::Invalid("memory handle is NULL".into()))?;
         if !m.dev.rma {
             return Err(NetError::NotSupported(format!(
                 "provider {} offers no RMA write",
@@ -234,9 +252,17 @@ unsafe extern "C" fn iwrite(
     boundary("iwrite", || {
         let request = out(request, "request")?;
         // SAFETY: a non-null remote points to a hcclNetMrDesc_t (C contract).
-        let remote = unsafe { remote.as_ref() }.ok_or_else(|| NetError::Invalid("remote is NULL".into()))?;
+        let remote =
+            unsafe { remote.as_ref() }.ok_or_else(|| NetError::Invalid("remote is NULL".into()))?;
         let c = handles::comm(comm)?;
-        *request = c.iwrite(data, size, handles::mr_opt(mhandle)?, remote, remote_offset, imm)?;
+        *request = c.iwrite(
+            data,
+            size,
+            handles::mr_opt(mhandle)?,
+            remote,
+            remote_offset,
+            imm,
+        )?;
         Ok(())
     })
 }

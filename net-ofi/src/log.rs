@@ -13,7 +13,10 @@ static SINK: OnceLock<Option<Sink>> = OnceLock::new();
 
 /// Installs the callback (first call wins, as init does).
 pub fn install(f: LogFn, ctx: *mut c_void) {
-    let _ = SINK.set(f.map(|f| Sink { f, ctx: ctx as usize }));
+    let _ = SINK.set(f.map(|f| Sink {
+        f,
+        ctx: ctx as usize,
+    }));
 }
 
 /// Sends one line, prefixed with the plugin's name, to the callback.

@@ -75,7 +75,12 @@ extern "C" {
     pub fn hno_context_size() -> u32;
     pub fn hno_api_version() -> u32;
     pub fn hno_strerror(err: c_int) -> *const c_char;
-    pub fn hno_getinfo(prov: *const c_char, want_rma: c_int, tclass: u32, out: *mut *mut FiInfo) -> c_int;
+    pub fn hno_getinfo(
+        prov: *const c_char,
+        want_rma: c_int,
+        tclass: u32,
+        out: *mut *mut FiInfo,
+    ) -> c_int;
     pub fn hno_info_next(info: *const FiInfo) -> *mut FiInfo;
     pub fn hno_freeinfo(info: *mut FiInfo);
     pub fn hno_describe(info: *const FiInfo, desc: *mut InfoDesc);
@@ -114,7 +119,13 @@ extern "C" {
         key: u64,
         context: *mut c_void,
     ) -> isize;
-    pub fn hno_cq_read(e: *mut HnoEp, out: *mut Cqe, n: usize, msg: *mut c_char, msglen: usize) -> isize;
+    pub fn hno_cq_read(
+        e: *mut HnoEp,
+        out: *mut Cqe,
+        n: usize,
+        msg: *mut c_char,
+        msglen: usize,
+    ) -> isize;
     pub fn hno_flag_remote_cq_data() -> u64;
     #[allow(clippy::too_many_arguments)]
     pub fn hno_mr_reg(
@@ -151,6 +162,10 @@ pub fn strerror(err: i64) -> String {
 
 /// A NUL-padded C name as a String.
 pub fn name(raw: &[c_char; NAME]) -> String {
-    let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }

@@ -237,15 +237,17 @@ static void exchange(void *comm, int flags)
         /* Registered buffers on odd sizes (required on devices that say so). */
         if ((k % 2 || (flags & HCCL_NET_FLAG_REG_REQUIRED)) && s > 0) {
             MUST(P->regMr(comm, out, s, &mo));
-            MUST(P->regMr(comm, in, s, &mi));
+            MUST(P->regMr(comm, in, s + 1, &mi));
         }
-        POST(P->irecv(comm, in, s, (uint32_t)k, mi, &rr));
+        /* One byte more room than the message: the reported size is the message's. */
+        POST(P->irecv(comm, in, s + 1, (uint32_t)k, mi, &rr));
         POST(P->isend(comm, out, s, (uint32_t)k, mo, &rs));
         CHECK(wait_req(rs, &sent) == HCCL_NET_SUCCESS);
         CHECK(wait_req(rr, &got) == HCCL_NET_SUCCESS);
         CHECK(sent == s);
         CHECK(got == s);
         CHECK(check_bytes(in, s, peer, (int)k));
+        CHECK(in[s] == 0);
         /* A finished request is gone. */
         CHECK(P->test(rr, &(int){0}, NULL) == HCCL_NET_E_INVALID);
         if (mo) {

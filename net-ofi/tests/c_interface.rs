@@ -5,11 +5,17 @@ mod common;
 
 use std::process::Command;
 
+/// Compiled once per test binary: tests run in parallel, and rewriting an executable while
+/// another test runs it fails with "text file busy".
 fn net_plugin_exe() -> std::path::PathBuf {
-    common::compile(
-        &common::workspace().join("net-ofi/ctests/net_plugin.c"),
-        "net_plugin",
-    )
+    static EXE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        common::compile(
+            &common::workspace().join("net-ofi/ctests/net_plugin.c"),
+            "net_plugin",
+        )
+    })
+    .clone()
 }
 
 #[test]

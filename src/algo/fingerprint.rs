@@ -832,21 +832,68 @@ impl Prover<'_> {
     }
 }
 
+/// What a rank starts with and must end with, in fingerprint form.
+struct Want {
+    send: u32,
+    recv: u32,
+    init: Val,
+    /// Output ranges `(off, len, value, contributors)`; `None`: one rank per block, as the
+    /// value's stripe says.
+    out: Vec<(u32, u32, Val, Option<RankSet>)>,
+}
+
+/// [`symbolic::expect`] of rank `r` of `n` in fingerprint form. An AllGather's output (every
+/// rank's input in rank order) is one striped range, not one range per rank: proving it costs
+/// no more than its messages.
+fn want(w: &Weights, r: u32, n: u32, coll_of: &dyn Fn(u32) -> Coll) -> Result<Want, String> {
+    let coll = coll_of(r);
+    if let Coll::AllGather { count } = coll {
+        let c = small(count)?;
+        let recv = small(count * n as usize)?;
+        let out = if c == 0 {
+            Vec::new()
+        } else {
+            vec![(0, recv, Val::input(0, c), None)]
+        };
+        return Ok(Want {
+            send: c,
+            recv,
+            init: Val::UNDEF,
+            out,
+        });
+    }
+    let e = symbolic::expect(&coll, r, n, coll_of);
+    let mut out = Vec::with_capacity(e.out.len());
+    for (off, len, delta, set) in e.out {
+        out.push((
+            small(off)?,
+            small(len)?,
+            Val::plain(delta, w.set(&set)),
+            Some(set),
+        ));
+    }
+    Ok(Want {
+        send: small(e.send)?,
+        recv: small(e.recv)?,
+        init: e
+            .recv_init
+            .as_ref()
+            .map_or(Val::UNDEF, |v| Val::plain(v.delta, w.set(&v.set))),
+        out,
+    })
+}
+
 /// Proves compact `plans` (one per rank) against what `coll_of(rank)` must produce.
 fn prove(plans: &mut [Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String> {
     let n = plans.len() as u32;
     let w = Weights::new(n);
-    let val = |v: &symbolic::Val| Val::plain(v.delta, w.set(&v.set));
     let mut ranks = Vec::with_capacity(n as usize);
     for (r, plan) in plans.iter().enumerate() {
-        let e = symbolic::expect(&coll_of(r as u32), r as u32, n, coll_of);
-        let send = small(e.send)?;
-        let mine = Val::input(r as u32, send);
-        let init = e.recv_init.as_ref().map_or(Val::UNDEF, val);
+        let e = want(&w, r as u32, n, coll_of)?;
         ranks.push(RankState {
             bufs: [
-                Runs::new(send, mine),
-                Runs::new(small(e.recv)?, init),
+                Runs::new(e.send, Val::input(r as u32, e.send)),
+                Runs::new(e.recv, e.init),
                 Runs::new(plan.scratch, Val::UNDEF),
             ],
             at: 0,
@@ -876,11 +923,10 @@ fn prove(plans: &mut [Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String
     }
     let mut pieces = Vec::new();
     for r in 0..n {
-        let e = symbolic::expect(&coll_of(r), r, n, coll_of);
+        let e = want(&w, r, n, coll_of)?;
         let out = &pr.ranks[r as usize].bufs[1];
-        for (off, len, delta, set) in &e.out {
-            let (off, len) = (small(*off)?, small(*len)?);
-            let want = Val::plain(*delta, w.set(set));
+        for (off, len, want, set) in &e.out {
+            let (off, len, want) = (*off, *len, *want);
             pieces.clear();
             out.read(off, len, &mut pieces)
                 .map_err(|e| format!("rank {r} output {e}"))?;
@@ -889,21 +935,32 @@ fn prove(plans: &mut [Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String
                 let pv = p.val.shift(off as i64);
                 let end = at + p.len;
                 while at < end {
-                    let cut = (end as u64).min(pv.block_end(at)) as u32;
-                    let x = pv.at(at);
-                    if x != want {
+                    if pv == want {
+                        at = end;
+                        continue;
+                    }
+                    // Compare block by block where the two are cut differently.
+                    let cut = (end as u64).min(pv.block_end(at)).min(want.block_end(at)) as u32;
+                    let (x, y) = (pv.at(at), want.at(at));
+                    if x != y {
                         let holds = if !x.defined() {
                             "nothing".to_string()
-                        } else if x.delta != want.delta {
+                        } else if x.delta != y.delta {
                             format!("input element offset {}", x.delta)
                         } else {
                             "another set of contributions (one missing or counted twice)"
                                 .to_string()
                         };
+                        let whose = match set {
+                            Some(s) => format!("ranks {:?}", s.intervals()),
+                            None => {
+                                format!("rank {}", (at as i64 - want.origin) / want.width as i64)
+                            }
+                        };
                         return Err(format!(
-                            "rank {r} output [{at}, {cut}) should hold ranks {:?} (element \
-                             offset {delta}), holds {holds}",
-                            set.intervals()
+                            "rank {r} output [{at}, {cut}) should hold {whose} (element offset \
+                             {}), holds {holds}",
+                            y.delta
                         ));
                     }
                     at = cut;

@@ -21,7 +21,7 @@
 //! consumed, so no mailbox is needed, in-flight messages cost nothing, and nothing is
 //! allocated per step or message). A buffer is a list of runs cut into chunks of a few dozen,
 //! so a write rewrites one small chunk whatever the run count; a run of blocks of consecutive
-//! ranks' inputs side by side is one striped run (see [`Val`]), so gathered outputs cost runs
+//! ranks' inputs side by side is one striped run (see `Val`), so gathered outputs cost runs
 //! per message, not per rank. Step hazards are found by sorting a step's spans. Schedules are
 //! built on all available cores. The weights are pseudo-random (splitmix64 of the rank with
 //! fixed seeds), fixed before any schedule is seen.
@@ -842,7 +842,7 @@ struct Want {
     out: Vec<(u32, u32, Val, Option<RankSet>)>,
 }
 
-/// [`symbolic::expect`] of rank `r` of `n` in fingerprint form. An AllGather's output (every
+/// `symbolic::expect` of rank `r` of `n` in fingerprint form. An AllGather's output (every
 /// rank's input in rank order) is one striped range, not one range per rank: proving it costs
 /// no more than its messages.
 fn want(w: &Weights, r: u32, n: u32, coll_of: &dyn Fn(u32) -> Coll) -> Result<Want, String> {

@@ -15,13 +15,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use canvas::{text_width, Canvas, Rgb};
+use clap::{Parser, ValueEnum};
 
 /// Which column is plotted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Metric {
     /// Bus bandwidth.
     Bus,
     /// Algorithm bandwidth.
+    #[value(name = "alg")]
     Alg,
 }
 
@@ -51,84 +53,59 @@ pub struct Options {
     pub metric: Metric,
 }
 
-/// Parsed command line.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Parsed {
-    /// Plot.
-    Run(Options),
-    /// `-h`.
-    Help,
+/// `hccl_plot`'s flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hccl_plot",
+    about = "Plots bandwidth (GB/s) against message size (bytes), both axes logarithmic, one\n\
+             line per FILE (and per algorithm/op when a file has several). FILE is a tester\n\
+             --csv file, a tester stdout table or any table with size and bandwidth columns.\n\
+             --ref files are drawn dashed.",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Output PNG file
+    #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
+    out: PathBuf,
+    /// Chart title [default: bus bandwidth or algorithm bandwidth]
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
+    /// Plotted column: bus or algorithm bandwidth
+    #[arg(long, value_enum, default_value = "bus")]
+    metric: Metric,
+    /// Reference table, drawn dashed (repeatable)
+    #[arg(long = "ref", value_name = "FILE[=LABEL]", value_parser = labelled)]
+    refs: Vec<(PathBuf, Option<String>)>,
+    /// Tables to plot
+    #[arg(value_name = "FILE[=LABEL]", value_parser = labelled, required_unless_present = "refs")]
+    inputs: Vec<(PathBuf, Option<String>)>,
 }
 
-/// The usage text.
-pub fn usage() -> String {
-    "usage: hccl_plot -o OUT.png [--title TEXT] [--metric bus|alg] [--ref FILE[=LABEL]]...\n\
-     \x20                FILE[=LABEL]...\n\
-     \n\
-     Plots bandwidth (GB/s) against message size (bytes), both axes logarithmic, one line per\n\
-     FILE (and per algorithm/op when a file has several). FILE is a tester --csv file, a tester\n\
-     stdout table or any table with size and bandwidth columns. --ref files are drawn dashed.\n"
-        .to_string()
-}
-
-fn labelled(s: &str) -> (PathBuf, Option<String>) {
-    match s.rsplit_once('=') {
+fn labelled(s: &str) -> Result<(PathBuf, Option<String>), String> {
+    Ok(match s.rsplit_once('=') {
         Some((p, l)) if !l.is_empty() && !p.is_empty() => (PathBuf::from(p), Some(l.to_string())),
         _ => (PathBuf::from(s), None),
-    }
+    })
 }
 
 /// Parses the arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
-    let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
-    let (mut out, mut inputs, mut refs) = (None, Vec::new(), Vec::new());
-    let mut title = None;
-    let mut metric = Metric::Bus;
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-o" | "--output" => out = Some(PathBuf::from(value()?)),
-            "--title" => title = Some(value()?),
-            "--ref" => refs.push(labelled(&value()?)),
-            "--metric" => {
-                metric = match value()?.as_str() {
-                    "bus" => Metric::Bus,
-                    "alg" => Metric::Alg,
-                    m => return Err(format!("--metric: '{m}' is not bus or alg")),
-                }
-            }
-            f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown flag '{f}'")),
-            _ => inputs.push(labelled(&a)),
-        }
-    }
-    let out = out.ok_or("-o OUT.png is required")?;
-    if inputs.is_empty() && refs.is_empty() {
-        return Err("no input files".into());
-    }
-    let title = title.unwrap_or_else(|| {
-        match metric {
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, clap::Error> {
+    let argv = std::iter::once(OsString::from("hccl_plot")).chain(args);
+    let a = Args::try_parse_from(argv)?;
+    let title = a.title.unwrap_or_else(|| {
+        match a.metric {
             Metric::Bus => "bus bandwidth",
             Metric::Alg => "algorithm bandwidth",
         }
         .to_string()
     });
-    Ok(Parsed::Run(Options {
-        out,
-        inputs,
-        refs,
+    Ok(Options {
+        out: a.out,
+        inputs: a.inputs,
+        refs: a.refs,
         title,
-        metric,
-    }))
+        metric: a.metric,
+    })
 }
 
 fn norm(h: &str) -> String {
@@ -414,24 +391,15 @@ pub fn plot(o: &Options) -> Result<(), String> {
 /// `hccl_plot`'s entry point.
 pub fn main() -> ExitCode {
     crate::quiet_on_closed_pipe();
-    match parse(std::env::args_os().skip(1)) {
-        Ok(Parsed::Help) => {
-            print!("{}", usage());
+    let o = parse(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
+    match plot(&o) {
+        Ok(()) => {
+            println!("wrote {}", o.out.display());
             ExitCode::SUCCESS
         }
-        Ok(Parsed::Run(o)) => match plot(&o) {
-            Ok(()) => {
-                println!("wrote {}", o.out.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("hccl_plot: error: {e}");
-                ExitCode::FAILURE
-            }
-        },
         Err(e) => {
-            eprint!("hccl_plot: error: {e}\n\n{}", usage());
-            ExitCode::from(2)
+            eprintln!("hccl_plot: error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

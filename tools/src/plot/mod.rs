@@ -1,4 +1,4 @@
-//! `hccl_plot`: bus bandwidth against message size, log-log, as a PNG.
+//! `hccl_plot`: bus bandwidth against message size, log-log, as a PNG or SVG.
 //!
 //! Inputs are tables with a header line: the tester's `--csv` files, its stdout, or any CSV or
 //! whitespace table (such as `mpi_allreduce`'s) whose header names a size column (`data_size`,
@@ -7,14 +7,12 @@
 //! split further by its `algo` (or `op`) column when that has several values. `--ref` inputs are
 //! drawn dashed, for overlaying a reference run.
 
-pub mod canvas;
-pub mod png;
+pub mod chart;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use canvas::{text_width, Canvas, Rgb};
 use clap::{Parser, ValueEnum};
 
 /// Which column is plotted.
@@ -41,7 +39,7 @@ pub struct Series {
 /// Command-line options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    /// Output PNG.
+    /// Output file, PNG or SVG by its extension.
     pub out: PathBuf,
     /// Inputs and their labels.
     pub inputs: Vec<(PathBuf, Option<String>)>,
@@ -64,7 +62,7 @@ pub struct Options {
     disable_version_flag = true
 )]
 struct Args {
-    /// Output PNG file
+    /// Output file: PNG or SVG by its extension
     #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
     out: PathBuf,
     /// Chart title [default: bus bandwidth or algorithm bandwidth]
@@ -190,168 +188,7 @@ pub fn read_table(
     Ok(out)
 }
 
-const PALETTE: [Rgb; 8] = [
-    [31, 119, 180],
-    [214, 39, 40],
-    [44, 160, 44],
-    [255, 127, 14],
-    [148, 103, 189],
-    [140, 86, 75],
-    [227, 119, 194],
-    [90, 90, 90],
-];
-const BLACK: Rgb = [0, 0, 0];
-const GRID: Rgb = [225, 225, 225];
-const MINOR: Rgb = [242, 242, 242];
-const WHITE: Rgb = [255, 255, 255];
-
-/// `8`, `1K`, `64M`: a power-of-two byte count in 1024-based units.
-pub fn size_label(b: f64) -> String {
-    let b = b.round() as u64;
-    for (u, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
-        if b >= u && b.is_multiple_of(u) {
-            return format!("{}{s}", b / u);
-        }
-    }
-    b.to_string()
-}
-
-fn decade_label(e: i32) -> String {
-    if e >= 0 {
-        format!("{}", 10f64.powi(e))
-    } else {
-        format!("{:.*}", (-e) as usize, 10f64.powi(e))
-    }
-}
-
-/// Renders the chart.
-pub fn render(series: &[Series], title: &str, y_title: &str) -> Result<Canvas, String> {
-    let pts = || {
-        series
-            .iter()
-            .flat_map(|s| s.points.iter())
-            .filter(|(x, y)| *x > 0.0 && *y > 0.0 && x.is_finite() && y.is_finite())
-    };
-    if pts().next().is_none() {
-        return Err("no points with positive size and bandwidth to plot".into());
-    }
-    let (w, h) = (960, 600);
-    let mut c = Canvas::new(w, h, WHITE);
-    let (left, right, top, bottom) = (100, w - 24, 48, h - 72);
-    let fold =
-        |f: fn(f64, f64) -> f64, init: f64, by: fn(&(f64, f64)) -> f64| pts().map(by).fold(init, f);
-    let (x_min, x_max) = (
-        fold(f64::min, f64::MAX, |p| p.0).log2().floor() as i32,
-        fold(f64::max, 0.0, |p| p.0).log2().ceil() as i32,
-    );
-    let x_max = x_max.max(x_min + 1);
-    let x_step = ((x_max - x_min) as f64 / 12.0).ceil().max(1.0) as i32;
-    let x_step = [1, 2, 4, 5, 10]
-        .into_iter()
-        .find(|&s| s >= x_step)
-        .unwrap_or(x_step);
-    // Widen the axis to the next tick so both ends are labelled.
-    let x_max = x_min + (x_max - x_min + x_step - 1) / x_step * x_step;
-    let (y_min, y_max) = (
-        fold(f64::min, f64::MAX, |p| p.1).log10().floor() as i32,
-        fold(f64::max, 0.0, |p| p.1).log10().ceil() as i32,
-    );
-    let y_max = y_max.max(y_min + 1);
-    let px = |x: f64| {
-        left as f64 + (x.log2() - x_min as f64) / (x_max - x_min) as f64 * (right - left) as f64
-    };
-    let py = |y: f64| {
-        bottom as f64 - (y.log10() - y_min as f64) / (y_max - y_min) as f64 * (bottom - top) as f64
-    };
-    // Grid: minor lines at 2..9 × each decade, major lines at decades and at x ticks.
-    for e in y_min..y_max {
-        for m in 2..10 {
-            let y = py(m as f64 * 10f64.powi(e)).round() as i32;
-            c.fill(left, y, right, y + 1, MINOR);
-        }
-    }
-    for e in x_min..=x_max {
-        let x = px(2f64.powi(e)).round() as i32;
-        if (e - x_min) % x_step != 0 {
-            continue;
-        }
-        c.fill(x, top, x + 1, bottom, GRID);
-        c.fill(x, bottom, x + 1, bottom + 6, BLACK);
-        let l = size_label(2f64.powi(e));
-        c.text(x - text_width(&l, 2) / 2, bottom + 10, &l, 2, BLACK);
-    }
-    for e in y_min..=y_max {
-        let y = py(10f64.powi(e)).round() as i32;
-        c.fill(left, y, right, y + 1, GRID);
-        c.fill(left - 6, y, left, y + 1, BLACK);
-        let l = decade_label(e);
-        c.text(left - 10 - text_width(&l, 2), y - 7, &l, 2, BLACK);
-    }
-    c.rect(left, top, right + 1, bottom + 1, BLACK);
-    let xt = "message size (bytes)";
-    c.text((left + right - text_width(xt, 2)) / 2, h - 30, xt, 2, BLACK);
-    c.text_up(
-        12,
-        (top + bottom + text_width(y_title, 2)) / 2,
-        y_title,
-        2,
-        BLACK,
-    );
-    c.text((w - text_width(title, 3)) / 2, 12, title, 3, BLACK);
-    for (k, s) in series.iter().enumerate() {
-        let col = PALETTE[k % PALETTE.len()];
-        let mut p: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .copied()
-            .filter(|(x, y)| *x > 0.0 && *y > 0.0)
-            .collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let dash = if s.dashed { 8 } else { 0 };
-        for seg in p.windows(2) {
-            c.line(
-                px(seg[0].0),
-                py(seg[0].1),
-                px(seg[1].0),
-                py(seg[1].1),
-                3,
-                col,
-                dash,
-            );
-        }
-        for &(x, y) in &p {
-            let (cx, cy) = (px(x).round() as i32, py(y).round() as i32);
-            c.fill(cx - 3, cy - 3, cx + 4, cy + 4, col);
-        }
-    }
-    // Legend, top left inside the plot area, where bandwidth curves start low.
-    let lw = series
-        .iter()
-        .map(|s| text_width(&s.label, 2))
-        .max()
-        .unwrap_or(0)
-        + 56;
-    let lh = series.len() as i32 * 22 + 10;
-    let (lx, ly) = (left + 12, top + 12);
-    c.fill(lx, ly, lx + lw, ly + lh, WHITE);
-    c.rect(lx, ly, lx + lw, ly + lh, BLACK);
-    for (k, s) in series.iter().enumerate() {
-        let col = PALETTE[k % PALETTE.len()];
-        let y = ly + 8 + k as i32 * 22;
-        let dash = if s.dashed { 6 } else { 0 };
-        c.line(
-            (lx + 8) as f64,
-            (y + 7) as f64,
-            (lx + 40) as f64,
-            (y + 7) as f64,
-            3,
-            col,
-            dash,
-        );
-        c.text(lx + 48, y, &s.label, 2, BLACK);
-    }
-    Ok(c)
-}
+pub use chart::size_label;
 
 fn load(
     path: &Path,
@@ -369,7 +206,7 @@ fn load(
     read_table(&text, &name, metric, dashed)
 }
 
-/// Reads the inputs and writes the PNG.
+/// Reads the inputs and writes the chart.
 pub fn plot(o: &Options) -> Result<(), String> {
     let mut series = Vec::new();
     for (p, l) in &o.inputs {
@@ -383,9 +220,7 @@ pub fn plot(o: &Options) -> Result<(), String> {
         Metric::Bus => "bus bandwidth (GB/s)",
         Metric::Alg => "algorithm bandwidth (GB/s)",
     };
-    let c = render(&series, &o.title, y_title)?;
-    let png = png::encode(c.w as u32, c.h as u32, &c.px);
-    std::fs::write(&o.out, png).map_err(|e| format!("{}: {e}", o.out.display()))
+    chart::write_lines(&o.out, &series, &o.title, y_title)
 }
 
 /// `hccl_plot`'s entry point.
@@ -442,23 +277,40 @@ mod tests {
         assert_eq!(size_label(8.0), "8");
         assert_eq!(size_label(2048.0), "2K");
         assert_eq!(size_label(64.0 * 1048576.0), "64M");
-        assert_eq!(decade_label(-2), "0.01");
-        assert_eq!(decade_label(1), "10");
+        assert_eq!(chart::decade_label(-2), "0.01");
+        assert_eq!(chart::decade_label(1), "10");
     }
 
     #[test]
     fn renders_lines_in_series_colours() {
-        let s = vec![Series {
-            label: "a".into(),
-            points: vec![(8.0, 0.01), (1e6, 10.0)],
-            dashed: false,
-        }];
-        let c = render(&s, "t", "y").unwrap();
-        let blue = (0..c.h)
-            .flat_map(|y| (0..c.w).map(move |x| (x, y)))
-            .filter(|&(x, y)| c.get(x, y) == PALETTE[0])
-            .count();
-        assert!(blue > 500, "{blue}");
-        assert!(render(&[], "t", "y").is_err());
+        use plotters::prelude::{BitMapBackend, IntoDrawingArea};
+        let s = vec![
+            Series {
+                label: "a".into(),
+                points: vec![(8.0, 0.01), (1e6, 10.0)],
+                dashed: false,
+            },
+            Series {
+                label: "b".into(),
+                points: vec![(8.0, 0.1), (1e6, 1.0)],
+                dashed: true,
+            },
+        ];
+        let (w, h) = chart::SIZE;
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        {
+            let area = BitMapBackend::with_buffer(&mut px, (w, h)).into_drawing_area();
+            chart::draw_lines(&area, &s, "t", "y").unwrap();
+            area.present().unwrap();
+        }
+        let count = |(r, g, b): (u8, u8, u8)| px.chunks(3).filter(|p| p == &[r, g, b]).count();
+        let (solid, dashed) = (count(chart::PALETTE[0]), count(chart::PALETTE[1]));
+        assert!(solid > 500, "{solid}");
+        // The same length drawn dashed leaves gaps.
+        assert!(dashed > 200 && dashed < solid, "{dashed} vs {solid}");
+        assert_eq!(count(chart::PALETTE[2]), 0);
+        let none: Vec<Series> = Vec::new();
+        let area = BitMapBackend::with_buffer(&mut px, (w, h)).into_drawing_area();
+        assert!(chart::draw_lines(&area, &none, "t", "y").is_err());
     }
 }

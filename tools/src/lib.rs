@@ -7,7 +7,7 @@
 //! - [`ops`]: buffer layouts and the library calls of each operation;
 //! - [`check`]: input patterns and independently computed expected results;
 //! - [`barrier_order`]: the barrier's check (nobody leaves before the last rank entered);
-//! - [`report`]: the table, progress line, CSV and JSON.
+//! - [`report`]: the table, progress bar ([`progress`]), CSV and JSON.
 //!
 //! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`),
 //! [`simtable`] (`hccl_sim`'s outputs).
@@ -27,6 +27,7 @@ pub mod dtype;
 pub mod launcher;
 pub mod ops;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod simtable;
 

@@ -19,6 +19,7 @@ use hccl::algo::cost::{predict, CostModel, LinkCost, LinkKind, Shape};
 use hccl::algo::fabric::Fabric;
 use hccl::algo::{fingerprint, flows, symbolic, Algo, Coll, Topo};
 use hccl_tools::cli;
+use hccl_tools::progress::Progress;
 use hccl_tools::simtable::{Proof, Table};
 
 use clap::error::ErrorKind;
@@ -291,7 +292,9 @@ fn main() -> ExitCode {
         .collect();
     let mut proofs = Vec::new();
     if a.check {
-        for &algo in &algos {
+        let bar = Progress::new(algos.len() as u64, "proofs");
+        for (i, &algo) in algos.iter().enumerate() {
+            bar.start(i, format!("proving {}", algo.name()));
             let t = Instant::now();
             let proof = if a.exact {
                 symbolic::check(&topo, &|_| probe.clone(), algo, true)
@@ -299,7 +302,7 @@ fn main() -> ExitCode {
                 fingerprint::check(&topo, &|_| probe.clone(), algo, true)
             };
             let seconds = t.elapsed().as_secs_f64();
-            match &proof {
+            bar.print(|| match &proof {
                 Ok(r) => println!(
                     "  {:<8} correct ({} steps, {} messages, most sent by one rank {} elements, fixed reduction order: {}) [{:.2?}]",
                     algo.name(),
@@ -310,7 +313,7 @@ fn main() -> ExitCode {
                     t.elapsed()
                 ),
                 Err(e) => println!("  {:<8} WRONG: {e}", algo.name()),
-            }
+            });
             let r = proof.as_ref().cloned().unwrap_or_default();
             proofs.push(Proof {
                 algo: algo.name().into(),
@@ -397,7 +400,9 @@ fn predict_table(
     model.fabric = a.topology.as_ref().map(|t| t.2);
     let mut times = Vec::new();
     let mut pick = Vec::new();
-    for &bytes in &a.sizes {
+    let bar = Progress::new(a.sizes.len() as u64, "sizes");
+    for (i, &bytes) in a.sizes.iter().enumerate() {
+        bar.start(i, format!("predicting {}", human(bytes)));
         let c = coll(&a.op, n, bytes)?;
         let row: Vec<Option<f64>> = match &a.topology {
             Some((_, _, f)) if !a.formula => {

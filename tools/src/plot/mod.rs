@@ -6,14 +6,18 @@
 //! header units in parentheses or after `_GB/s` are ignored). Each input is one line of the plot,
 //! split further by its `algo` (or `op`) column when that has several values. `--ref` inputs are
 //! drawn dashed, for overlaying a reference run.
+//!
+//! `hccl_plot timeline TRACE.json... -o OUT` draws the operations of `HCCL_TRACE_FILE` traces
+//! instead: see [`timeline`].
 
 pub mod chart;
+pub mod timeline;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Which column is plotted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -58,13 +62,17 @@ pub struct Options {
     about = "Plots bandwidth (GB/s) against message size (bytes), both axes logarithmic, one\n\
              line per FILE (and per algorithm/op when a file has several). FILE is a tester\n\
              --csv file, a tester stdout table or any table with size and bandwidth columns.\n\
-             --ref files are drawn dashed.",
-    disable_version_flag = true
+             --ref files are drawn dashed. `hccl_plot timeline --help` for traces.",
+    disable_version_flag = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    #[command(subcommand)]
+    sub: Option<Sub>,
     /// Output file: PNG or SVG by its extension
     #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
-    out: PathBuf,
+    out: Option<PathBuf>,
     /// Chart title [default: bus bandwidth or algorithm bandwidth]
     #[arg(long, value_name = "TEXT")]
     title: Option<String>,
@@ -79,6 +87,38 @@ struct Args {
     inputs: Vec<(PathBuf, Option<String>)>,
 }
 
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Draws the operations and steps of HCCL_TRACE_FILE traces, one lane per rank
+    Timeline {
+        /// Output file: PNG or SVG by its extension
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        out: PathBuf,
+        /// Chart title [default: the operation and rank counts]
+        #[arg(long, value_name = "TEXT")]
+        title: Option<String>,
+        /// Trace files (all ranks' files of one run, e.g. trace.*.json)
+        #[arg(value_name = "TRACE", required = true)]
+        traces: Vec<PathBuf>,
+    },
+}
+
+/// What `hccl_plot` is asked to draw.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Request {
+    /// Bandwidth against size from tables.
+    Bandwidth(Options),
+    /// A timeline of traces.
+    Timeline {
+        /// Output file.
+        out: PathBuf,
+        /// Title, when given.
+        title: Option<String>,
+        /// Trace files.
+        traces: Vec<PathBuf>,
+    },
+}
+
 fn labelled(s: &str) -> Result<(PathBuf, Option<String>), String> {
     Ok(match s.rsplit_once('=') {
         Some((p, l)) if !l.is_empty() && !p.is_empty() => (PathBuf::from(p), Some(l.to_string())),
@@ -87,9 +127,12 @@ fn labelled(s: &str) -> Result<(PathBuf, Option<String>), String> {
 }
 
 /// Parses the arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, clap::Error> {
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Request, clap::Error> {
     let argv = std::iter::once(OsString::from("hccl_plot")).chain(args);
     let a = Args::try_parse_from(argv)?;
+    if let Some(Sub::Timeline { out, title, traces }) = a.sub {
+        return Ok(Request::Timeline { out, title, traces });
+    }
     let title = a.title.unwrap_or_else(|| {
         match a.metric {
             Metric::Bus => "bus bandwidth",
@@ -97,13 +140,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, clap::
         }
         .to_string()
     });
-    Ok(Options {
-        out: a.out,
+    Ok(Request::Bandwidth(Options {
+        out: a.out.unwrap_or_default(),
         inputs: a.inputs,
         refs: a.refs,
         title,
         metric: a.metric,
-    })
+    }))
 }
 
 fn norm(h: &str) -> String {
@@ -226,10 +269,15 @@ pub fn plot(o: &Options) -> Result<(), String> {
 /// `hccl_plot`'s entry point.
 pub fn main() -> ExitCode {
     crate::quiet_on_closed_pipe();
-    let o = parse(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
-    match plot(&o) {
+    let (done, out) = match parse(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit()) {
+        Request::Bandwidth(o) => (plot(&o), o.out),
+        Request::Timeline { out, title, traces } => {
+            (timeline::plot(&traces, &out, title.as_deref()), out)
+        }
+    };
+    match done {
         Ok(()) => {
-            println!("wrote {}", o.out.display());
+            println!("wrote {}", out.display());
             ExitCode::SUCCESS
         }
         Err(e) => {

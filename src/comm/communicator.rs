@@ -32,6 +32,7 @@ use crate::transport::inproc::MemoryLink;
 use crate::transport::local::LocalLink;
 use crate::transport::tag::{OpTag, Tag};
 use crate::transport::tcp::TcpLink;
+use crate::transport::{plugin, plugin_link};
 use crate::transport::{Endpoint, Link, Reach};
 
 /// One collective call with its buffers, after argument validation.
@@ -470,6 +471,8 @@ impl Communicator {
         let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
         let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
             (0..n).map(|_| None).collect();
+        let mut net_links: Vec<Option<Box<plugin_link::PluginLink>>> =
+            (0..n).map(|_| None).collect();
         // The lower rank of each pair connects; the higher accepts through the process listener,
         // which parks connections for this communicator only while it connects.
         let _expecting = if network_peers.iter().any(|&p| p < rank) {
@@ -524,6 +527,28 @@ impl Communicator {
                     }
                 }
             }
+            // Peers on other hosts: through the net plugin when one is loaded.
+            let remote: Vec<u32> = network_peers
+                .iter()
+                .copied()
+                .filter(|&p| {
+                    !same_host(p) && streams[p as usize].as_ref().is_some_and(|v| v.len() == 1)
+                })
+                .collect();
+            if !remote.is_empty() {
+                if let Some(plugin) = plugin::global(&cfg.env)? {
+                    let list = remote
+                        .iter()
+                        .filter_map(|&p| Some((p, streams[p as usize].take()?.remove(0))))
+                        .collect();
+                    for (p, a) in plugin_link::introduce(&plugin, rank, list, dl)? {
+                        match a {
+                            plugin_link::Attached::Net(l) => net_links[p as usize] = Some(l),
+                            plugin_link::Attached::Tcp(s) => streams[p as usize] = Some(vec![s]),
+                        }
+                    }
+                }
+            }
             Ok(())
         })();
         if let Err(e) = res {
@@ -534,6 +559,8 @@ impl Communicator {
             links.push(if p == rank {
                 Box::new(LocalLink::new())
             } else if let Some(l) = shm_links[p as usize].take() {
+                l
+            } else if let Some(l) = net_links[p as usize].take() {
                 l
             } else if let Some(s) = streams[p as usize].take() {
                 Box::new(TcpLink::new(s, rank, p)?)

@@ -23,6 +23,8 @@ pub mod inproc;
 pub mod link;
 pub mod local;
 pub mod net;
+pub mod plugin;
+pub mod plugin_link;
 pub mod shm;
 pub mod tag;
 pub mod tcp;

@@ -161,6 +161,8 @@ pub struct NetPlugin {
     calls: Calls,
     path: PathBuf,
     name: String,
+    /// The device used.
+    dev: c_int,
     props: Properties,
     /// Keeps the code mapped for as long as the table is used.
     _lib: libloading::Library,
@@ -263,19 +265,22 @@ impl NetPlugin {
         if r != SUCCESS || n < 1 {
             return Err(fallback("no network device".into()));
         }
-        // SAFETY: an all-zero Properties is valid (integers and byte arrays).
-        let mut props: Properties = unsafe { std::mem::zeroed() };
-        // SAFETY: device 0 exists (n >= 1); writes one Properties.
-        let r = unsafe { (calls.get_properties)(0, &mut props) };
-        if r != SUCCESS {
-            return Err(fallback(format!(
-                "properties of device 0 unavailable (code {r})"
-            )));
+        let mut devs = Vec::new();
+        for d in 0..n {
+            // SAFETY: an all-zero Properties is valid (integers and byte arrays).
+            let mut props: Properties = unsafe { std::mem::zeroed() };
+            // SAFETY: d < n is a device; writes one Properties.
+            if unsafe { (calls.get_properties)(d, &mut props) } == SUCCESS {
+                devs.push((d, props));
+            }
         }
+        let (dev, props) = choose_device(&devs, env)
+            .ok_or_else(|| fallback("no device with readable properties".into()))?;
         let p = NetPlugin {
             calls,
             path: path.to_path_buf(),
             name,
+            dev,
             props,
             _lib: lib,
         };
@@ -343,8 +348,10 @@ impl NetPlugin {
             bytes: [0; HANDLE_BYTES],
         };
         let mut lc: Ptr = std::ptr::null_mut();
-        // SAFETY: device 0 exists; writes a handle and a pointer.
-        self.check("listen", unsafe { (self.calls.listen)(0, &mut h, &mut lc) })?;
+        // SAFETY: the device exists; writes a handle and a pointer.
+        self.check("listen", unsafe {
+            (self.calls.listen)(self.dev, &mut h, &mut lc)
+        })?;
         Ok((lc, h))
     }
 
@@ -366,7 +373,9 @@ impl NetPlugin {
     pub(crate) fn connect(&self, h: &Handle) -> Result<Ptr> {
         let mut c: Ptr = std::ptr::null_mut();
         // SAFETY: reads one handle, writes one pointer.
-        self.check("connect", unsafe { (self.calls.connect)(0, h, &mut c) })?;
+        self.check("connect", unsafe {
+            (self.calls.connect)(self.dev, h, &mut c)
+        })?;
         Ok(c)
     }
 
@@ -467,6 +476,27 @@ impl NetPlugin {
 unsafe impl Send for NetPlugin {}
 // SAFETY: as above.
 unsafe impl Sync for NetPlugin {}
+
+/// The device on the interface this process's bootstrap uses (`HCCL_IF_IP`,
+/// `HCCL_SOCKET_IFNAME`, ...), preferring a routable fabric to an IPv6 link-local one; else the
+/// plugin's first device.
+fn choose_device(devs: &[(c_int, Properties)], env: &EnvConfig) -> Option<(c_int, Properties)> {
+    let ifname = super::net::choose_local_addr(env).ok().and_then(|a| {
+        if a.name != "HCCL_IF_IP" {
+            return Some(a.name);
+        }
+        let all = super::net::list_interfaces().ok()?;
+        all.into_iter().find(|i| i.addr == a.addr).map(|i| i.name)
+    });
+    let score = |p: &Properties| {
+        let on_if = ifname.as_deref() == Some(p.name().as_str());
+        (on_if, !p.fabric().starts_with("fe80"))
+    };
+    devs.iter()
+        .enumerate()
+        .max_by_key(|(i, (_, p))| (score(p), std::cmp::Reverse(*i)))
+        .map(|(_, d)| *d)
+}
 
 /// Where the plugin is looked for when `HCCL_NET_PLUGIN` is unset: beside the object (shared
 /// library or executable) that contains this code.

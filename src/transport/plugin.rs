@@ -252,9 +252,11 @@ impl NetPlugin {
         // SAFETY: a valid config and a log function that only formats the line.
         let r = unsafe { (calls.init)(&cfg, Some(log_line), std::ptr::null_mut()) };
         if r == E_NO_DEVICE {
-            return Err(fallback(
-                "no usable network device (no provider works)".into(),
-            ));
+            let asked = std::env::var("FI_PROVIDER")
+                .map_or(String::new(), |p| format!(", FI_PROVIDER={p}"));
+            return Err(fallback(format!(
+                "no usable network device (no provider works{asked})"
+            )));
         }
         if r != SUCCESS {
             return Err(fallback(format!("initialisation failed (code {r})")));

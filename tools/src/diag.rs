@@ -130,6 +130,8 @@ pub struct HostReport {
     pub single_copy: String,
     /// RDMA devices under /sys/class/infiniband.
     pub rdma: Vec<String>,
+    /// The net plugin level1 links use: plugin, provider, fabric and device, or why none.
+    pub net_plugin: String,
 }
 
 fn free_ports(ip: IpAddr, ports: impl Iterator<Item = u16>) -> u16 {
@@ -231,6 +233,11 @@ impl HostReport {
             shm: shm_status(),
             single_copy: single_copy_status(),
             rdma,
+            net_plugin: match hccl::transport::plugin::global(env) {
+                Ok(Some(p)) => p.describe(),
+                Ok(None) => "none: level1 links use the built-in TCP (the log says why)".into(),
+                Err(e) => format!("NOT usable: {e}"),
+            },
         }
     }
 
@@ -248,6 +255,7 @@ impl HostReport {
             self.shm.clone(),
             self.single_copy.clone(),
             self.rdma.join(","),
+            self.net_plugin.clone(),
         ]
         .join("\x1f");
         let mut out = [0u8; RECORD_BYTES];
@@ -286,6 +294,7 @@ impl HostReport {
                 .filter(|s| !s.is_empty())
                 .map(String::from)
                 .collect(),
+            net_plugin: get(9),
         }
     }
 
@@ -320,6 +329,7 @@ impl HostReport {
             self.rdma.join(", ")
         };
         println!("  RDMA devices        {rdma}");
+        println!("  net plugin          {}", self.net_plugin);
     }
 }
 
@@ -899,6 +909,9 @@ mod tests {
             shm: "available".into(),
             single_copy: "available".into(),
             rdma: vec!["mlx5_0".into()],
+            net_plugin: "ofi (/x/libhccl_net_ofi.so): provider tcp;ofi_rxm, fabric 10.0.0.0/24, \
+                         device eth0"
+                .into(),
         };
         assert_eq!(HostReport::decode(&h.encode()), h);
         let mut lo = h.clone();

@@ -417,8 +417,10 @@ impl TcpLink {
             // SAFETY: post_send's contract keeps the buffer valid.
             let data = unsafe { std::slice::from_raw_parts((op.ptr as *const u8).add(off), len) };
             let r = if done < HDR {
-                sock.stream
-                    .write_vectored(&[IoSlice::new(&hdr[done..]), IoSlice::new(data)])
+                send_vectored(
+                    &sock.stream,
+                    &[IoSlice::new(&hdr[done..]), IoSlice::new(data)],
+                )
             } else {
                 sock.stream.write(&data[done - HDR..])
             };
@@ -770,9 +772,66 @@ impl Link for TcpLink {
     }
 }
 
+/// `writev` that cannot raise SIGPIPE: a peer that has closed its end makes this an `EPIPE`
+/// error for the caller, never a signal that would kill a host program that has not ignored
+/// SIGPIPE (single-buffer writes through `TcpStream` already pass `MSG_NOSIGNAL`).
+fn send_vectored(stream: &TcpStream, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+    // SAFETY: msghdr is plain old data; all-zero is an empty header without address or control.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: IoSlice is ABI-compatible with iovec on Unix, the slices outlive the call, the
+    // kernel only reads them, and the descriptor belongs to the open stream.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vectored_send_to_a_closed_peer_is_an_error_not_a_signal() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        drop(l.accept().unwrap().0);
+        // SAFETY: the child only restores SIGPIPE's default action, sends and exits; the
+        // parent waits for it.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let big = vec![0u8; 1 << 20];
+            // SAFETY: signal and _exit are async-signal-safe.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let mut code = 1;
+            for _ in 0..100 {
+                match send_vectored(&a, &[IoSlice::new(b"hdr"), IoSlice::new(&big)]) {
+                    Ok(_) => continue,
+                    Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                        code = 0;
+                        break;
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => continue,
+                    Err(_) => break,
+                }
+            }
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            !libc::WIFSIGNALED(status),
+            "killed by signal {}",
+            libc::WTERMSIG(status)
+        );
+        assert_eq!(libc::WEXITSTATUS(status), 0, "no EPIPE from the send");
+    }
     use crate::transport::tag::{OpKind, OpTag};
     use std::net::TcpListener;
 

@@ -6,8 +6,10 @@
 //! layout is the one of `include/hccl/hccl_net.h`, mirrored here. The table's `version` and
 //! `structSize` are checked, and every entry must be present, before anything is called.
 //!
-//! Which plugin: `HCCL_NET_PLUGIN` names a file, or `none`; unset, `libhccl_net_ofi.so` beside
-//! the object that holds this code (`libhccl.so`) is tried. A plugin that is absent, fails to
+//! Which plugin: `HCCL_NET_PLUGIN` names a file, `auto` (`libhccl_net_ofi.so` beside the object
+//! that holds this code, `libhccl.so`), or `none`; unset, none is loaded for now: a mismatch
+//! between ranks is not yet reported with its reason over the plugin link (the peer sees a
+//! broken link instead), so the plugin stays opt-in until it is. A plugin that is absent, fails to
 //! load or finds no usable device leaves the built-in TCP link in charge, with one INFO line
 //! saying why; a named file that does not exist fails communicator creation (`HCCL_E_PARA`). The
 //! plugin is loaded and initialised once per process, the first time a communicator has peers on
@@ -500,7 +502,14 @@ fn choose_device(devs: &[(c_int, Properties)], env: &EnvConfig) -> Option<(c_int
         .map(|(_, d)| *d)
 }
 
-/// Where the plugin is looked for when `HCCL_NET_PLUGIN` is unset: beside the object (shared
+/// Whether `HCCL_NET_PLUGIN=auto`: the plugin beside this library, if there is one.
+fn is_auto(env: &EnvConfig) -> bool {
+    env.net_plugin
+        .as_deref()
+        .is_some_and(|v| v.eq_ignore_ascii_case("auto"))
+}
+
+/// Where the plugin is looked for when `HCCL_NET_PLUGIN=auto`: beside the object (shared
 /// library or executable) that contains this code.
 fn beside_this_library() -> Option<PathBuf> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for an address of this object.
@@ -523,7 +532,9 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
     type Chosen = Option<(Option<String>, Option<Arc<NetPlugin>>)>;
     static LOADED: OnceLock<Mutex<Chosen>> = OnceLock::new();
     let path = match env.net_plugin.as_deref() {
-        Some("none") | Some("NONE") => None,
+        None => None,
+        Some(v) if v.eq_ignore_ascii_case("none") => None,
+        Some(v) if v.eq_ignore_ascii_case("auto") => beside_this_library(),
         Some(p) => {
             let path = PathBuf::from(p);
             if !path.is_file() {
@@ -534,7 +545,6 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
             }
             Some(path)
         }
-        None => beside_this_library(),
     };
     let mut slot = LOADED.get_or_init(|| Mutex::new(None)).lock();
     if let Some((key, p)) = &*slot {
@@ -543,18 +553,25 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
         }
     }
     let chosen = match path {
-        None if env.net_plugin.is_some() => {
-            log::info!("net plugin: HCCL_NET_PLUGIN=none: level1 links use the built-in TCP");
+        None if env.net_plugin.is_none() => {
+            log::info!(
+                "net plugin: HCCL_NET_PLUGIN unset: level1 links use the built-in TCP (auto or a \
+                 path selects a plugin)"
+            );
             None
         }
-        None => {
+        None if is_auto(env) => {
             log::info!(
                 "net plugin: none found (this library's location is unknown): level1 links use \
                  the built-in TCP"
             );
             None
         }
-        Some(path) if env.net_plugin.is_none() && !path.is_file() => {
+        None => {
+            log::info!("net plugin: HCCL_NET_PLUGIN=none: level1 links use the built-in TCP");
+            None
+        }
+        Some(path) if is_auto(env) && !path.is_file() => {
             log::info!(
                 "net plugin: no {} beside this library ({}): level1 links use the built-in TCP",
                 DEFAULT_FILE,

@@ -11,10 +11,12 @@ use parking_lot::Mutex;
 
 use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
 use super::calibrate;
+use super::compressed::{self, Compressed};
 use super::config::CommConfig;
 use super::rank_table::RankTable;
 use super::root_info::RootInfo;
 use super::segment;
+use super::stats::{CommStats, Traffic};
 use crate::algo::cost::CostModel;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
@@ -44,6 +46,9 @@ pub struct OpArgs {
     pub recv: usize,
     /// Extra buffers (point-to-point items).
     pub ext: Vec<usize>,
+    /// Compression of an AllReduce (`HcclExtAllReduceCompressed`); `None` runs it exact,
+    /// unless `HCCL_COMPRESSION` applies.
+    pub compress: Option<Box<Compressed>>,
 }
 
 /// One schedule of a plan and where its buffers start, in bytes from the operation's buffers.
@@ -51,6 +56,8 @@ struct Part {
     sched: Arc<algo::Schedule>,
     send_off: usize,
     recv_off: usize,
+    /// What the schedule moves, for the counters.
+    traffic: Traffic,
 }
 
 /// The schedules chosen for one (operation, element size), reused by later calls of the same
@@ -68,6 +75,8 @@ struct Inner {
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
     plans: HashMap<(Coll, usize), Plan>,
+    /// Buffers of compressed AllReduce, kept between calls.
+    compress_work: compressed::Workspace,
 }
 
 #[derive(Default)]
@@ -92,6 +101,7 @@ pub struct Communicator {
     inner: Mutex<Inner>,
     state: Mutex<State>,
     async_err: Mutex<Option<Error>>,
+    stats: Mutex<CommStats>,
 }
 
 /// Marks a communicator in use for the lifetime of the guard.
@@ -491,6 +501,17 @@ impl Communicator {
             count(LinkKind::Tcp)
         );
         let topo = algo_topology(&name, rank, &table, &cfg);
+        if let (Some(m), 0) = (cfg.env.compression, rank) {
+            log::warn!(
+                "comm {name}: HCCL_COMPRESSION={m}: the cross-host part of SUM AllReduces on \
+                 fp32/fp16/bf16 is compressed, so their results are no longer exact{}",
+                if topo.hosts().len() > 1 {
+                    ""
+                } else {
+                    " (not on this communicator: its ranks share one host)"
+                }
+            );
+        }
         let model = with_overrides(
             CostModel::for_ctx(&Ctx {
                 me: rank,
@@ -519,9 +540,11 @@ impl Communicator {
                 scratch: Vec::new(),
                 logged: Vec::new(),
                 plans: HashMap::new(),
+                compress_work: compressed::Workspace::default(),
             }),
             state: Mutex::new(State::default()),
             async_err: Mutex::new(None),
+            stats: Mutex::new(CommStats::default()),
         })
     }
 
@@ -602,16 +625,98 @@ impl Communicator {
         }
     }
 
-    /// Runs one collective to completion.
+    /// Runs one collective to completion, counting it in the communicator's statistics.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
+        let t0 = Instant::now();
+        let comp = self.compression_of(args);
+        let r = match &comp {
+            Some(c) => self.run_compressed(&mut inner, args, c),
+            None => self.run_plan(&mut inner, args),
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        let (ok, traffic) = match &r {
+            Ok(t) => (true, *t),
+            Err(_) => (false, Traffic::default()),
+        };
+        self.stats.lock().record(ok, comp.is_some(), traffic, ns);
+        r.map(|_| ())
+    }
+
+    /// The counters of this rank.
+    pub fn stats(&self) -> CommStats {
+        *self.stats.lock()
+    }
+
+    /// Starts the counters of this rank over from zero.
+    pub fn reset_stats(&self) {
+        *self.stats.lock() = CommStats::default();
+    }
+
+    /// The compression an operation runs with: its own, or `HCCL_COMPRESSION`'s for a SUM
+    /// AllReduce on a floating type across hosts.
+    fn compression_of(&self, args: &OpArgs) -> Option<Compressed> {
+        if let Some(c) = &args.compress {
+            return Some(**c);
+        }
+        let method = self.cfg.env.compression?;
+        let applies = matches!(args.coll, Coll::AllReduce { .. })
+            && args.op == Some(ReduceOp::Sum)
+            && compressed::dtype_ok(args.dtype)
+            && self.topo.hosts().len() > 1;
+        applies.then_some(Compressed {
+            spec: crate::base::compress::Spec {
+                method,
+                level0: false,
+            },
+            residual: None,
+        })
+    }
+
+    fn run_compressed(&self, inner: &mut Inner, args: &OpArgs, c: &Compressed) -> Result<Traffic> {
+        let Coll::AllReduce { count } = args.coll else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("{}: compression is for AllReduce only", args.name),
+            ));
+        };
+        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let inner = &mut *inner;
+        // SAFETY: the ffi layer validated the buffers and the residual against `count`.
+        let r = unsafe {
+            compressed::run(
+                &mut inner.ep,
+                &mut inner.compress_work,
+                &self.topo,
+                count,
+                args.dtype,
+                args.send,
+                args.recv,
+                c,
+                dl,
+            )
+        };
+        r.map_err(|e| {
+            let e = e.context(format!(
+                "comm {} rank {} {} (compressed {})",
+                self.name, self.rank, args.name, c.spec.method
+            ));
+            if inner.ep.broken().is_some() {
+                self.record_async_error(&e);
+            }
+            e
+        })
+    }
+
+    /// Runs `args` through its (cached) plan of schedules.
+    fn run_plan(&self, inner: &mut Inner, args: &OpArgs) -> Result<Traffic> {
         let ctx = self.ctx(args.dtype.size());
         let key = (args.coll.clone(), args.dtype.size());
         let plan = match inner.plans.get(&key) {
             Some(p) => p.clone(),
             None => {
-                let plan = self.make_plan(&mut inner, args, &ctx);
+                let plan = self.make_plan(inner, args, &ctx);
                 if inner.plans.len() >= MAX_PLANS {
                     inner.plans.clear();
                 }
@@ -631,6 +736,7 @@ impl Communicator {
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
+        let mut traffic = Traffic::default();
         for part in plan.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
@@ -653,8 +759,9 @@ impl Communicator {
                 }
                 e
             })?;
+            traffic = traffic.plus(part.traffic);
         }
-        Ok(())
+        Ok(traffic)
     }
 
     /// Scratch bytes this communicator holds now.
@@ -671,11 +778,13 @@ impl Communicator {
         self.log_choice(inner, args, algo, forced.is_some());
         let whole = algo::build(&args.coll, ctx, algo);
         let limit = self.cfg.buffer_bytes.max(1);
-        let one = |sched| {
+        let one = |sched: Arc<algo::Schedule>| {
+            let traffic = Traffic::of(&sched, self.rank, &self.topo);
             Arc::from(vec![Part {
                 sched,
                 send_off: 0,
                 recv_off: 0,
+                traffic,
             }])
         };
         if whole.scratch <= limit {
@@ -696,6 +805,7 @@ impl Communicator {
                     }
                 };
                 let part = Part {
+                    traffic: Traffic::of(&sched, self.rank, &self.topo),
                     sched,
                     send_off: seg.send_off,
                     recv_off: seg.recv_off,

@@ -484,12 +484,18 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
     assert_eq!(out.len(), blob_len(m, n), "blob buffer size");
     let (h, body) = out.split_at_mut(HEADER);
     h.copy_from_slice(&header(m, n));
-    // SAFETY (all calls below): `k` is a level this CPU supports.
     match m {
-        Method::Fp16 => unsafe { (k.f16_encode)(x, body) },
-        Method::Bf16 => unsafe { (k.bf16_encode)(x, body) },
+        Method::Fp16 => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.f16_encode)(x, body) }
+        }
+        Method::Bf16 => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.bf16_encode)(x, body) }
+        }
         Method::Int8 { block } => {
             let (s, q) = body.split_at_mut(4 * n.div_ceil(block as usize));
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
             unsafe { (k.int8_encode)(x, block as usize, s, q) }
         }
         Method::TopK { ratio } => {
@@ -498,6 +504,7 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
                 return;
             }
             scratch.keys.resize(n, 0);
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
             unsafe { (k.abs_bits)(x, &mut scratch.keys) };
             let t = *scratch.keys.select_nth_unstable(n - kk).1;
             let above = x.iter().filter(|v| v.to_bits() & 0x7fff_ffff > t).count();
@@ -536,15 +543,27 @@ fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], sub: bool) -
     let n = acc.len();
     check_blob(m, n, blob)?;
     let body = &blob[HEADER..];
-    // SAFETY (all calls below): `k` is a level this CPU supports.
     match (m, sub) {
-        (Method::Fp16, false) => unsafe { (k.f16_add)(body, acc) },
-        (Method::Fp16, true) => unsafe { (k.f16_sub)(body, acc) },
-        (Method::Bf16, false) => unsafe { (k.bf16_add)(body, acc) },
-        (Method::Bf16, true) => unsafe { (k.bf16_sub)(body, acc) },
+        (Method::Fp16, false) => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.f16_add)(body, acc) }
+        }
+        (Method::Fp16, true) => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.f16_sub)(body, acc) }
+        }
+        (Method::Bf16, false) => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.bf16_add)(body, acc) }
+        }
+        (Method::Bf16, true) => {
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            unsafe { (k.bf16_sub)(body, acc) }
+        }
         (Method::Int8 { block }, _) => {
             let (s, q) = body.split_at(4 * n.div_ceil(block as usize));
             let f = if sub { k.int8_sub } else { k.int8_add };
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
             unsafe { f(s, q, block as usize, acc) }
         }
         (Method::TopK { ratio }, _) => {
@@ -592,7 +611,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 let u = r();
-                if specials && u % 97 == 0 {
+                if specials && u.is_multiple_of(97) {
                     [
                         f32::NAN,
                         f32::INFINITY,

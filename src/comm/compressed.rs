@@ -94,32 +94,54 @@ pub unsafe fn run(
     // those of the exchange inside the workspace just sized to `plan.workspace`.
     unsafe { executor::run(ep, &plan.reduce, &bufs, Some(red), deadline) }?;
     for o in &plan.owned {
-        // SAFETY: the shard lies inside `recv`, filled by the reduce step.
-        unsafe { load(dtype, recv, o, &mut ws.x) };
+        // SAFETY: the shard lies inside `recv`, filled by the reduce step; nothing else touches
+        // it until the gather step.
+        let x = match unsafe { f32_shard(dtype, recv, o) } {
+            Some(x) => x,
+            None => {
+                // SAFETY: as above.
+                unsafe { load(dtype, recv, o, &mut ws.x) };
+                &mut ws.x[..]
+            }
+        };
         // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call.
         let res = c.residual.map(|r| unsafe {
             std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
         });
         if let Some(res) = &res {
-            for (x, r) in ws.x.iter_mut().zip(res.iter()) {
+            for (x, r) in x.iter_mut().zip(res.iter()) {
                 *x += *r;
             }
         }
         let mine = &mut ws.blobs[o.slot0 + plan.group * o.blob..][..o.blob];
-        kernels::compress(m, &ws.x, mine, &mut ws.scratch);
+        kernels::compress(m, x, mine, &mut ws.scratch);
         if let Some(res) = res {
-            kernels::residual(m, mine, &mut ws.x)?;
-            res.copy_from_slice(&ws.x);
+            kernels::residual(m, mine, x)?;
+            res.copy_from_slice(x);
         }
     }
     // SAFETY: as above.
     unsafe { executor::run(ep, &plan.exchange, &bufs, None, deadline) }?;
     for o in &plan.owned {
-        ws.acc.clear();
-        ws.acc.resize(o.len, 0.0);
+        // fp32 output is the accumulator itself; other types go through `acc`.
+        // SAFETY: the shard lies inside `recv`, which nothing else touches meanwhile.
+        let direct = unsafe { f32_shard(dtype, recv, o) };
+        let is_direct = direct.is_some();
+        let acc = match direct {
+            Some(a) => a,
+            None => {
+                ws.acc.resize(o.len, 0.0);
+                &mut ws.acc[..o.len]
+            }
+        };
         for gi in 0..plan.groups {
             let blob = &ws.blobs[o.slot0 + gi * o.blob..][..o.blob];
-            if let Err(e) = kernels::decompress_add(m, blob, &mut ws.acc) {
+            let r = if gi == 0 {
+                kernels::decompress_set(m, blob, acc)
+            } else {
+                kernels::decompress_add(m, blob, acc)
+            };
+            if let Err(e) = r {
                 // Peers must not finish with data this rank could not produce: breaking the
                 // links makes every rank's call fail.
                 let e = e.context(format!("rank {me}: block of group {gi}"));
@@ -127,8 +149,10 @@ pub unsafe fn run(
                 return Err(e);
             }
         }
-        // SAFETY: the shard lies inside `recv`.
-        unsafe { store(dtype, &ws.acc, recv, o) };
+        if !is_direct {
+            // SAFETY: the shard lies inside `recv`.
+            unsafe { store(dtype, &ws.acc[..o.len], recv, o) };
+        }
     }
     // SAFETY: as above.
     unsafe { executor::run(ep, &plan.gather, &bufs, None, deadline) }?;
@@ -136,6 +160,19 @@ pub unsafe fn run(
         .into_iter()
         .map(|s| Traffic::of(s, me, topo))
         .fold(Traffic::default(), Traffic::plus))
+}
+
+/// Shard `o` of `buf` as f32 values in place, when the data are fp32 and aligned.
+///
+/// # Safety
+/// The shard must lie inside `buf`, and nothing else may access it while the slice lives.
+unsafe fn f32_shard<'a>(dtype: DataType, buf: usize, o: &Owned) -> Option<&'a mut [f32]> {
+    let at = buf + o.first * 4;
+    if dtype != DataType::Fp32 || !at.is_multiple_of(std::mem::align_of::<f32>()) {
+        return None;
+    }
+    // SAFETY: the caller's contract; aligned and inside the buffer.
+    Some(unsafe { std::slice::from_raw_parts_mut(at as *mut f32, o.len) })
 }
 
 /// Widens shard `o` of `buf` into `x`.
@@ -220,7 +257,7 @@ pub fn check_call(
                     "residualCount {n} must equal count {count} (one f32 per element)"
                 )));
             }
-            if at % 4 != 0 {
+            if !at.is_multiple_of(4) {
                 return Err(para(format!("residual {at:#x} is not 4-byte aligned")));
             }
             let len = count

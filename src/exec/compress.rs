@@ -20,7 +20,7 @@
 
 use std::sync::OnceLock;
 
-use super::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use super::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::base::compress::Method;
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -103,6 +103,24 @@ fn check_blob(m: Method, n: usize, blob: &[u8]) -> Result<()> {
 // Generic bodies (safe code; the levels below compile them for different target features).
 // ---------------------------------------------------------------------------------------------
 
+/// Decoding modes: [`ADD`] `acc + d`, [`SUB`] `acc − d` (the residual, `acc` holding the
+/// encoded values), [`SET`] `d` (the first block of a sum, saving a zeroing pass; `0 + d` so
+/// that the result is the same as adding to zeros, -0 included).
+const ADD: u8 = 0;
+/// See [`ADD`].
+const SUB: u8 = 1;
+/// See [`ADD`].
+const SET: u8 = 2;
+
+#[inline(always)]
+fn mode<const MODE: u8>(a: f32, d: f32) -> f32 {
+    match MODE {
+        ADD => a + d,
+        SUB => a - d,
+        _ => 0.0 + d,
+    }
+}
+
 /// Half-precision conversion of 8 lanes.
 trait Half {
     /// # Safety
@@ -148,7 +166,9 @@ impl Half for SoftBf16 {
     unsafe fn widen(h: &[u16; L]) -> [f32; L] {
         let mut o = [0f32; L];
         for (o, &v) in o.iter_mut().zip(h) {
-            *o = bf16_to_f32(v);
+            // A plain shift, without `bf16_to_f32`'s quieting: a widened value only feeds an
+            // f32 addition or subtraction, which quiets a signalling NaN by itself.
+            *o = f32::from_bits(u32::from(v) << 16);
         }
         o
     }
@@ -227,20 +247,19 @@ unsafe fn half_encode<C: Half>(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// `acc += widen(payload)` when `SUB` is false; `acc = x − widen(payload)` (the residual) when
-/// `SUB` is true, with `x` read from `acc`.
+/// `acc = apply(MODE, acc, widen(payload))` (see [`mode`]).
 ///
 /// # Safety
 /// The CPU must support `C`'s instructions.
 #[inline(always)]
-unsafe fn half_apply<C: Half, const SUB: bool>(payload: &[u8], acc: &mut [f32]) {
+unsafe fn half_apply<C: Half, const MODE: u8>(payload: &[u8], acc: &mut [f32]) {
     let mut pi = payload.chunks_exact(2 * L);
     let mut ai = acc.chunks_exact_mut(L);
     for (ps, a) in (&mut pi).zip(&mut ai) {
         // SAFETY: forwarded to the caller.
         let w = unsafe { C::widen(&load_u16(ps)) };
         for (a, w) in a.iter_mut().zip(w) {
-            *a = if SUB { *a - w } else { *a + w };
+            *a = mode::<MODE>(*a, w);
         }
     }
     let (ps, a) = (pi.remainder(), ai.into_remainder());
@@ -250,7 +269,7 @@ unsafe fn half_apply<C: Half, const SUB: bool>(payload: &[u8], acc: &mut [f32]) 
         // SAFETY: forwarded to the caller.
         let w = unsafe { C::widen(&load_u16(&p)) };
         for (a, w) in a.iter_mut().zip(w) {
-            *a = if SUB { *a - w } else { *a + w };
+            *a = mode::<MODE>(*a, w);
         }
     }
 }
@@ -272,13 +291,9 @@ fn absmax_bits(x: &[f32]) -> u32 {
     r
 }
 
-/// Rounds to the nearest integer, ties to even, for |v| ≤ 2^22 (adding and removing
-/// 1.5 · 2^23 makes the FPU round; exact on every level, unlike a library call).
-#[inline(always)]
-fn rne(v: f32) -> f32 {
-    const M: f32 = 12_582_912.0;
-    (v + M) - M
-}
+/// 1.5 · 2^23: adding it to |v| ≤ 2^22 makes the FPU round v to an integer, ties to even, and
+/// leaves that integer in the low mantissa bits (exact on every level, unlike a library call).
+const RNE_SHIFT: f32 = 12_582_912.0;
 
 /// Scale and inverse scale of a block whose largest magnitude has bits `amax`.
 #[inline(always)]
@@ -304,17 +319,20 @@ fn int8_encode(x: &[f32], block: usize, scales: &mut [u8], q: &mut [u8]) {
         let (scale, inv) = int8_scale(absmax_bits(xb));
         s.copy_from_slice(&scale.to_le_bytes());
         for (o, &v) in qb.iter_mut().zip(xb) {
-            // NaN (a non-finite block multiplies by 0 and stays NaN only for NaN inputs) clamps
-            // to -127 here; the block's NaN scale makes it NaN on decoding anyway.
-            let r = rne(v * inv).clamp(-127.0, 127.0);
-            *o = (r as i32) as i8 as u8;
+            // Clamped first (the bounds are integers, so this equals rounding first), then
+            // rounded by adding 1.5 · 2^23: the sum's low byte is the integer in two's
+            // complement. A NaN gives some byte; its block's NaN scale decodes it as NaN.
+            let r = v * inv;
+            let r = if r > 127.0 { 127.0 } else { r };
+            let r = if r < -127.0 { -127.0 } else { r };
+            *o = (r + RNE_SHIFT).to_bits() as u8;
         }
     }
 }
 
-/// `acc += dequantised` (or the residual `acc = x − dequantised` when `SUB`).
+/// `acc = apply(MODE, acc, dequantised)` (see [`mode`]).
 #[inline(always)]
-fn int8_apply<const SUB: bool>(scales: &[u8], q: &[u8], block: usize, acc: &mut [f32]) {
+fn int8_apply<const MODE: u8>(scales: &[u8], q: &[u8], block: usize, acc: &mut [f32]) {
     for ((ab, qb), s) in acc
         .chunks_mut(block)
         .zip(q.chunks(block))
@@ -323,16 +341,8 @@ fn int8_apply<const SUB: bool>(scales: &[u8], q: &[u8], block: usize, acc: &mut 
         let scale = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
         for (a, &v) in ab.iter_mut().zip(qb) {
             let d = f32::from(v as i8) * scale;
-            *a = if SUB { *a - d } else { *a + d };
+            *a = mode::<MODE>(*a, d);
         }
-    }
-}
-
-/// Magnitude bits of every element (top-k selection key).
-#[inline(always)]
-fn abs_bits(x: &[f32], out: &mut [u32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = v.to_bits() & 0x7fff_ffff;
     }
 }
 
@@ -344,7 +354,6 @@ type HalfEncode = unsafe fn(&[f32], &mut [u8]);
 type HalfApply = unsafe fn(&[u8], &mut [f32]);
 type Int8Encode = unsafe fn(&[f32], usize, &mut [u8], &mut [u8]);
 type Int8Apply = unsafe fn(&[u8], &[u8], usize, &mut [f32]);
-type AbsBits = unsafe fn(&[f32], &mut [u32]);
 
 /// One level's kernels.
 struct Kernels {
@@ -352,13 +361,15 @@ struct Kernels {
     f16_encode: HalfEncode,
     f16_add: HalfApply,
     f16_sub: HalfApply,
+    f16_set: HalfApply,
     bf16_encode: HalfEncode,
     bf16_add: HalfApply,
     bf16_sub: HalfApply,
+    bf16_set: HalfApply,
     int8_encode: Int8Encode,
     int8_add: Int8Apply,
     int8_sub: Int8Apply,
-    abs_bits: AbsBits,
+    int8_set: Int8Apply,
 }
 
 /// The level functions of one set of target features: `$feat` empty for the baseline.
@@ -374,12 +385,17 @@ macro_rules! level {
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn f16_add(p: &[u8], a: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { half_apply::<$f16, false>(p, a) }
+                unsafe { half_apply::<$f16, ADD>(p, a) }
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn f16_sub(p: &[u8], a: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { half_apply::<$f16, true>(p, a) }
+                unsafe { half_apply::<$f16, SUB>(p, a) }
+            }
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn f16_set(p: &[u8], a: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { half_apply::<$f16, SET>(p, a) }
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn bf16_encode(x: &[f32], o: &mut [u8]) {
@@ -389,12 +405,17 @@ macro_rules! level {
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn bf16_add(p: &[u8], a: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { half_apply::<SoftBf16, false>(p, a) }
+                unsafe { half_apply::<SoftBf16, ADD>(p, a) }
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn bf16_sub(p: &[u8], a: &mut [f32]) {
                 // SAFETY: as above.
-                unsafe { half_apply::<SoftBf16, true>(p, a) }
+                unsafe { half_apply::<SoftBf16, SUB>(p, a) }
+            }
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn bf16_set(p: &[u8], a: &mut [f32]) {
+                // SAFETY: as above.
+                unsafe { half_apply::<SoftBf16, SET>(p, a) }
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn int8_encode(x: &[f32], b: usize, s: &mut [u8], q: &mut [u8]) {
@@ -402,15 +423,15 @@ macro_rules! level {
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn int8_add(s: &[u8], q: &[u8], b: usize, a: &mut [f32]) {
-                super::int8_apply::<false>(s, q, b, a)
+                super::int8_apply::<ADD>(s, q, b, a)
             }
             $(#[target_feature(enable = $feat)])?
             pub unsafe fn int8_sub(s: &[u8], q: &[u8], b: usize, a: &mut [f32]) {
-                super::int8_apply::<true>(s, q, b, a)
+                super::int8_apply::<SUB>(s, q, b, a)
             }
             $(#[target_feature(enable = $feat)])?
-            pub unsafe fn abs_bits(x: &[f32], o: &mut [u32]) {
-                super::abs_bits(x, o)
+            pub unsafe fn int8_set(s: &[u8], q: &[u8], b: usize, a: &mut [f32]) {
+                super::int8_apply::<SET>(s, q, b, a)
             }
             pub fn kernels(name: &'static str) -> Kernels {
                 Kernels {
@@ -418,13 +439,15 @@ macro_rules! level {
                     f16_encode,
                     f16_add,
                     f16_sub,
+                    f16_set,
                     bf16_encode,
                     bf16_add,
                     bf16_sub,
+                    bf16_set,
                     int8_encode,
                     int8_add,
                     int8_sub,
-                    abs_bits,
+                    int8_set,
                 }
             }
         }
@@ -503,10 +526,7 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
             if kk == 0 {
                 return;
             }
-            scratch.keys.resize(n, 0);
-            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
-            unsafe { (k.abs_bits)(x, &mut scratch.keys) };
-            let t = *scratch.keys.select_nth_unstable(n - kk).1;
+            let t = kth_largest_magnitude(x, kk, scratch);
             let above = x.iter().filter(|v| v.to_bits() & 0x7fff_ffff > t).count();
             let mut ties = kk - above;
             let (idx, val) = body.split_at_mut(4 * kk);
@@ -527,46 +547,85 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
     }
 }
 
+/// The magnitude bits of the `kk`-th largest |x| (1 ≤ kk ≤ x.len()): a histogram of the top
+/// 11 bits finds the bucket holding it, and only that bucket's elements are selected among.
+fn kth_largest_magnitude(x: &[f32], kk: usize, scratch: &mut Scratch) -> u32 {
+    const SHIFT: u32 = 20;
+    let mut hist = vec![0usize; 1 << (31 - SHIFT)];
+    for &v in x {
+        hist[((v.to_bits() & 0x7fff_ffff) >> SHIFT) as usize] += 1;
+    }
+    let mut above = 0;
+    let mut bucket = hist.len() - 1;
+    while above + hist[bucket] < kk {
+        above += hist[bucket];
+        bucket -= 1;
+    }
+    let need = kk - above;
+    let keys = &mut scratch.keys;
+    keys.clear();
+    let b = bucket as u32;
+    keys.extend(
+        x.iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff)
+            .filter(|a| a >> SHIFT == b),
+    );
+    let len = keys.len();
+    *keys.select_nth_unstable(len - need).1
+}
+
 /// Adds the values `blob` encodes (method `m`, `acc.len()` elements) into `acc`, after checking
 /// that the blob is what this rank expects.
 pub fn decompress_add(m: Method, blob: &[u8], acc: &mut [f32]) -> Result<()> {
-    apply_with(kernels(), m, blob, acc, false)
+    apply_with(kernels(), m, blob, acc, ADD)
+}
+
+/// Overwrites `out` with `0 + decoded(blob)`: the same as [`decompress_add`] into zeros, in
+/// one pass.
+pub fn decompress_set(m: Method, blob: &[u8], out: &mut [f32]) -> Result<()> {
+    apply_with(kernels(), m, blob, out, SET)
 }
 
 /// Turns `x` into the residual of its own encoding: `x − decoded(blob)`, where `blob` is
 /// [`compress`]'s output for `x`.
 pub fn residual(m: Method, blob: &[u8], x: &mut [f32]) -> Result<()> {
-    apply_with(kernels(), m, blob, x, true)
+    apply_with(kernels(), m, blob, x, SUB)
 }
 
-fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], sub: bool) -> Result<()> {
+fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], md: u8) -> Result<()> {
     let n = acc.len();
     check_blob(m, n, blob)?;
     let body = &blob[HEADER..];
-    match (m, sub) {
-        (Method::Fp16, false) => {
+    let half = |add, sub, set| match md {
+        ADD => add,
+        SUB => sub,
+        _ => set,
+    };
+    match m {
+        Method::Fp16 => {
+            let f: HalfApply = half(k.f16_add, k.f16_sub, k.f16_set);
             // SAFETY: `k` is a level this CPU supports (`available` detected its features).
-            unsafe { (k.f16_add)(body, acc) }
+            unsafe { f(body, acc) }
         }
-        (Method::Fp16, true) => {
+        Method::Bf16 => {
+            let f: HalfApply = half(k.bf16_add, k.bf16_sub, k.bf16_set);
             // SAFETY: `k` is a level this CPU supports (`available` detected its features).
-            unsafe { (k.f16_sub)(body, acc) }
+            unsafe { f(body, acc) }
         }
-        (Method::Bf16, false) => {
-            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
-            unsafe { (k.bf16_add)(body, acc) }
-        }
-        (Method::Bf16, true) => {
-            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
-            unsafe { (k.bf16_sub)(body, acc) }
-        }
-        (Method::Int8 { block }, _) => {
+        Method::Int8 { block } => {
             let (s, q) = body.split_at(4 * n.div_ceil(block as usize));
-            let f = if sub { k.int8_sub } else { k.int8_add };
+            let f = match md {
+                ADD => k.int8_add,
+                SUB => k.int8_sub,
+                _ => k.int8_set,
+            };
             // SAFETY: `k` is a level this CPU supports (`available` detected its features).
             unsafe { f(s, q, block as usize, acc) }
         }
-        (Method::TopK { ratio }, _) => {
+        Method::TopK { ratio } => {
+            if md == SET {
+                acc.fill(0.0);
+            }
             let kk = topk_count(ratio, n);
             let (idx, val) = body.split_at(4 * kk);
             let mut next = 0usize;
@@ -584,7 +643,7 @@ fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], sub: bool) -
                 next = i + 1;
                 let v = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
                 // A kept value is exact, so its residual is exactly zero.
-                acc[i] = if sub { 0.0 } else { acc[i] + v };
+                acc[i] = if md == SUB { 0.0 } else { acc[i] + v };
             }
         }
     }
@@ -594,6 +653,7 @@ fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], sub: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::reduce::bf16_to_f32;
 
     fn rng(seed: u64) -> impl FnMut() -> u64 {
         let mut s = seed;
@@ -700,14 +760,17 @@ mod tests {
                         let mut blob = vec![0u8; blob_len(m, n)];
                         compress_with(&k, m, &x, &mut blob, &mut s);
                         let mut dec = vec![0f32; n];
-                        apply_with(&k, m, &blob, &mut dec, false).unwrap();
+                        apply_with(&k, m, &blob, &mut dec, ADD).unwrap();
+                        let mut set = vec![f32::NAN; n];
+                        apply_with(&k, m, &blob, &mut set, SET).unwrap();
+                        assert!(same_bits(&set, &dec), "{} {m} n={n} set", k.name);
                         let want = reference(m, &x);
                         // Decoding adds to a zero accumulator: -0 becomes +0.
                         let want0: Vec<f32> = want.iter().map(|d| 0.0 + d).collect();
                         assert!(same_bits(&dec, &want0), "{} {m} n={n}", k.name);
                         // The residual is x minus exactly what the peers decode.
                         let mut res = x.clone();
-                        apply_with(&k, m, &blob, &mut res, true).unwrap();
+                        apply_with(&k, m, &blob, &mut res, SUB).unwrap();
                         if !matches!(m, Method::TopK { .. }) {
                             let want_res: Vec<f32> =
                                 x.iter().zip(&want).map(|(v, d)| v - d).collect();
@@ -715,7 +778,7 @@ mod tests {
                         }
                         // Adding is in f32, one rounding per element.
                         let mut acc: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
-                        apply_with(&k, m, &blob, &mut acc, false).unwrap();
+                        apply_with(&k, m, &blob, &mut acc, ADD).unwrap();
                         let want_acc: Vec<f32> = want
                             .iter()
                             .enumerate()

@@ -90,6 +90,9 @@ pub struct Config {
     pub csv: Option<PathBuf>,
     /// Also write the table as JSON to this file (`--json`).
     pub json: Option<PathBuf>,
+    /// Compress all-reduce with this method (`--compress`): results are approximate, so the
+    /// check compares ranks with each other and an error column is added.
+    pub compress: Option<hccl::base::compress::Method>,
 }
 
 /// Defaults a binary starts from before its flags are applied.
@@ -165,6 +168,10 @@ pub fn usage(bin: &str, d: &Defaults) -> String {
          \x20 -c, --check 0|1           check results (default 1)\n\
          \x20 -p, --npus N              ranks per node (informational)\n\
          \x20 -z, --zero_copy 0|1       accepted for compatibility; no effect on host memory\n\
+         \x20 --compress METHOD         all-reduce only: fp16, bf16, int8[:BLOCK], topk[:RATIO]\n\
+         \x20                           (across hosts; between all ranks on one host); check:\n\
+         \x20                           every rank got the same bytes; adds rel_l2_error, the\n\
+         \x20                           relative L2 error against the exact sum\n\
          Launch:\n\
          \x20 -t, --threads N           run N ranks as threads of this process{tdef}\n\
          \x20 (without -t: one rank per process, from mpirun, torchrun or HCCL_RANK variables)\n\
@@ -244,6 +251,7 @@ fn canonical(flag: &str) -> Option<&'static str> {
         "-t" | "--threads" => "-t",
         "--csv" => "--csv",
         "--json" => "--json",
+        "--compress" => "--compress",
         "-h" | "--help" => "-h",
         _ => return None,
     })
@@ -266,6 +274,7 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I, d: &Defaults) -> Result<Pa
         threads: d.threads,
         csv: None,
         json: None,
+        compress: None,
     };
     let (mut min_set, mut max_set) = (false, false);
     let mut it = args.into_iter();
@@ -349,6 +358,16 @@ pub fn parse<I: IntoIterator<Item = String>>(args: I, d: &Defaults) -> Result<Pa
             }
             "--csv" => cfg.csv = Some(PathBuf::from(v)),
             "--json" => cfg.json = Some(PathBuf::from(v)),
+            "--compress" => {
+                cfg.compress = if v.eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    Some(
+                        hccl::base::compress::Method::parse(v)
+                            .map_err(|e| format!("invalid method for --compress: {}", e.msg))?,
+                    )
+                }
+            }
             _ => unreachable!("canonical() only returns handled flags"),
         }
     }

@@ -42,6 +42,8 @@ pub struct Row {
     pub bus_bw: f64,
     /// Result check.
     pub check: CheckResult,
+    /// Relative L2 error of the result against the exact one (compressed runs).
+    pub error: Option<f64>,
 }
 
 impl Row {
@@ -59,6 +61,7 @@ impl Row {
             alg_bw,
             bus_bw: alg_bw * bus_factor,
             check,
+            error: None,
         }
     }
 }
@@ -75,16 +78,25 @@ pub fn header() -> String {
     )
 }
 
-/// One table line.
+/// One table line (with the error column when the row has one).
 pub fn format_row(r: &Row) -> String {
-    format!(
+    let mut s = format!(
         "{:>16} {:>14.2} {:>20.6} {:>20.6} {:>13}",
         r.data_size,
         r.time_us,
         r.alg_bw,
         r.bus_bw,
         r.check.as_str()
-    )
+    );
+    if let Some(e) = r.error {
+        let _ = write!(s, " {e:>12.3e}");
+    }
+    s
+}
+
+/// The header with the error column of compressed runs.
+pub fn header_with_error() -> String {
+    format!("{} {:>12}", header(), "rel_l2_error")
 }
 
 /// Description of the run, repeated in the CSV and JSON files.
@@ -108,6 +120,8 @@ pub struct RunInfo {
     pub warmup: u32,
     /// How the ranks were started.
     pub launch: String,
+    /// Compression method of a compressed all-reduce run.
+    pub compress: Option<String>,
 }
 
 /// Collects and prints the rows of rank 0.
@@ -145,7 +159,14 @@ fn json_str(s: &str) -> String {
 impl Reporter {
     /// Prints the header; `total` sizes will follow.
     pub fn new(info: RunInfo, total: usize) -> Reporter {
-        println!("{}", header());
+        println!(
+            "{}",
+            if info.compress.is_some() {
+                header_with_error()
+            } else {
+                header()
+            }
+        );
         Reporter {
             info,
             rows: Vec::new(),
@@ -181,12 +202,12 @@ impl Reporter {
         let i = &self.info;
         let mut s = String::from(
             "op,dtype,reduce_op,root,ranks,data_size,count,aveg_time_us,\
-             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result\n",
+             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result,compress,rel_l2_error\n",
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{}",
+                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{}",
                 i.op,
                 i.dtype,
                 i.reduce_op.unwrap_or(""),
@@ -197,7 +218,9 @@ impl Reporter {
                 r.time_us,
                 r.alg_bw,
                 r.bus_bw,
-                r.check.as_str()
+                r.check.as_str(),
+                i.compress.as_deref().unwrap_or(""),
+                r.error.map_or(String::new(), |e| format!("{e:e}"))
             );
         }
         s
@@ -211,7 +234,7 @@ impl Reporter {
         let mut s = format!(
             "{{\n  \"op\": {},\n  \"dtype\": {},\n  \"reduce_op\": {},\n  \"root\": {},\n  \
              \"ranks\": {},\n  \"ranks_per_node\": {},\n  \"iters\": {},\n  \
-             \"warmup_iters\": {},\n  \"launch\": {},\n  \"rows\": [",
+             \"warmup_iters\": {},\n  \"launch\": {},\n  \"compress\": {},\n  \"rows\": [",
             json_str(i.op),
             json_str(i.dtype),
             opt_str(i.reduce_op),
@@ -221,19 +244,22 @@ impl Reporter {
             i.iters,
             i.warmup,
             json_str(&i.launch),
+            opt_str(i.compress.as_deref()),
         );
         for (k, r) in self.rows.iter().enumerate() {
             let _ = write!(
                 s,
                 "{}\n    {{\"data_size\": {}, \"count\": {}, \"aveg_time_us\": {}, \
-                 \"alg_bandwidth_gbps\": {}, \"bus_bandwidth_gbps\": {}, \"check_result\": {}}}",
+                 \"alg_bandwidth_gbps\": {}, \"bus_bandwidth_gbps\": {}, \"check_result\": {}, \
+                 \"rel_l2_error\": {}}}",
                 if k == 0 { "" } else { "," },
                 r.data_size,
                 r.count,
                 num(r.time_us),
                 num(r.alg_bw),
                 num(r.bus_bw),
-                json_str(r.check.as_str())
+                json_str(r.check.as_str()),
+                r.error.map_or("null".into(), num)
             );
         }
         s.push_str("\n  ]\n}\n");

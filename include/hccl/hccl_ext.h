@@ -6,7 +6,7 @@
 #include "hccl/hccl.h"
 
 /*
- Compression methods of [`HcclExtCompressConfig::method`].
+ Compression methods of `HcclExtCompressConfig::method`.
  */
 typedef enum HcclExtCompressMethod {
     /*
@@ -32,7 +32,7 @@ typedef enum HcclExtCompressMethod {
 } HcclExtCompressMethod;
 
 /*
- How [`HcclExtAllReduceCompressed`] compresses. Zero-initialise it, then set `method` and
+ How `HcclExtAllReduceCompressed` compresses. Zero-initialise it, then set `method` and
  what the method needs.
  */
 typedef struct HcclExtCompressConfig {
@@ -68,7 +68,7 @@ typedef struct HcclExtCompressConfig {
 } HcclExtCompressConfig;
 
 /*
- Counters of one communicator rank, filled by [`HcclExtGetCommStats`]. Level0 links join
+ Counters of one communicator rank, filled by `HcclExtGetCommStats`. Level0 links join
  ranks of the same host, level1 links ranks of different hosts; bytes are payload (and
  compressed blocks' headers), counted for operations that finished.
  */

@@ -202,12 +202,18 @@ impl Reporter {
         let i = &self.info;
         let mut s = String::from(
             "op,dtype,reduce_op,root,ranks,data_size,count,aveg_time_us,\
-             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result,compress,rel_l2_error\n",
+             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result",
         );
+        // Compressed runs add two columns; other runs keep the table as it was.
+        s.push_str(if i.compress.is_some() {
+            ",compress,rel_l2_error\n"
+        } else {
+            "\n"
+        });
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{}",
+                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{}{}",
                 i.op,
                 i.dtype,
                 i.reduce_op.unwrap_or(""),
@@ -219,8 +225,13 @@ impl Reporter {
                 r.alg_bw,
                 r.bus_bw,
                 r.check.as_str(),
-                i.compress.as_deref().unwrap_or(""),
-                r.error.map_or(String::new(), |e| format!("{e:e}"))
+                match &i.compress {
+                    Some(m) => format!(
+                        ",{m},{}",
+                        r.error.map_or(String::new(), |e| format!("{e:e}"))
+                    ),
+                    None => String::new(),
+                }
             );
         }
         s
@@ -234,7 +245,7 @@ impl Reporter {
         let mut s = format!(
             "{{\n  \"op\": {},\n  \"dtype\": {},\n  \"reduce_op\": {},\n  \"root\": {},\n  \
              \"ranks\": {},\n  \"ranks_per_node\": {},\n  \"iters\": {},\n  \
-             \"warmup_iters\": {},\n  \"launch\": {},\n  \"compress\": {},\n  \"rows\": [",
+             \"warmup_iters\": {},\n  \"launch\": {},{}\n  \"rows\": [",
             json_str(i.op),
             json_str(i.dtype),
             opt_str(i.reduce_op),
@@ -244,14 +255,16 @@ impl Reporter {
             i.iters,
             i.warmup,
             json_str(&i.launch),
-            opt_str(i.compress.as_deref()),
+            i.compress.as_deref().map_or(String::new(), |m| format!(
+                "\n  \"compress\": {},",
+                json_str(m)
+            )),
         );
         for (k, r) in self.rows.iter().enumerate() {
             let _ = write!(
                 s,
                 "{}\n    {{\"data_size\": {}, \"count\": {}, \"aveg_time_us\": {}, \
-                 \"alg_bandwidth_gbps\": {}, \"bus_bandwidth_gbps\": {}, \"check_result\": {}, \
-                 \"rel_l2_error\": {}}}",
+                 \"alg_bandwidth_gbps\": {}, \"bus_bandwidth_gbps\": {}, \"check_result\": {}{}}}",
                 if k == 0 { "" } else { "," },
                 r.data_size,
                 r.count,
@@ -259,7 +272,8 @@ impl Reporter {
                 num(r.alg_bw),
                 num(r.bus_bw),
                 json_str(r.check.as_str()),
-                r.error.map_or("null".into(), num)
+                r.error
+                    .map_or(String::new(), |e| format!(", \"rel_l2_error\": {}", num(e)))
             );
         }
         s.push_str("\n  ]\n}\n");

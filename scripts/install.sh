@@ -3,8 +3,13 @@
 #   PREFIX/include/{hccl,acl}/*.h       C headers
 #   PREFIX/lib64/libhccl.{so,a}         HCCL
 #   PREFIX/lib64/libascendcl.{so,a}     host ACL runtime
+#   PREFIX/lib64/pkgconfig/{hccl,ascendcl}.pc            pkg-config packages
+#   PREFIX/lib64/cmake/hccl/hcclConfig{,Version}.cmake   find_package(hccl CONFIG): imported
+#                                       targets hccl::hccl and ascendcl::ascendcl (the same
+#                                       files also in PREFIX/share/cmake/hccl/)
 #   PREFIX/bin/                         tools (hccl_test-compatible *_test, hccl_bench)
-#   PREFIX/set_env.sh                   exports ASCEND_HOME_PATH, LD_LIBRARY_PATH and PATH
+#   PREFIX/set_env.sh                   exports ASCEND_HOME_PATH, LD_LIBRARY_PATH, PATH,
+#                                       PKG_CONFIG_PATH and CMAKE_PREFIX_PATH
 #
 # Usage: scripts/install.sh [--profile release|debug|<cargo profile>] PREFIX
 # The default profile is release (what users want). `--profile debug` reuses a debug build and
@@ -17,7 +22,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --profile) profile="${2:?--profile needs a value}"; shift 2 ;;
         --profile=*) profile="${1#--profile=}"; shift ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         -*) echo "install.sh: unknown option $1" >&2; exit 2 ;;
         *) [ -z "$prefix" ] || { echo "install.sh: one PREFIX only" >&2; exit 2; }
            prefix="$1"; shift ;;
@@ -57,12 +62,31 @@ for src in tools/src/bin/*.rs tools/src/bin/*/main.rs; do
     tools=$((tools + 1))
 done
 
+# pkg-config and CMake packages from the templates in scripts/pkg/, with this build's version
+# (the library crate's) and this prefix.
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
+[ -n "$version" ] || { echo "install.sh: no version in Cargo.toml" >&2; exit 1; }
+mkdir -p "$prefix/lib64/pkgconfig"
+subst() { sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$1" >"$2"; chmod 0644 "$2"; }
+subst scripts/pkg/hccl.pc.in "$prefix/lib64/pkgconfig/hccl.pc"
+subst scripts/pkg/ascendcl.pc.in "$prefix/lib64/pkgconfig/ascendcl.pc"
+# The CMake package goes to lib64/cmake/hccl, and to share/cmake/hccl as well: CMake searches
+# PREFIX/lib64/cmake only where the distribution uses lib64 (not on Debian), share/cmake
+# everywhere. Both are three levels below PREFIX, which the package finds relative to itself.
+for dir in lib64/cmake/hccl share/cmake/hccl; do
+    mkdir -p "$prefix/$dir"
+    install -m 0644 scripts/pkg/hcclConfig.cmake "$prefix/$dir/"
+    subst scripts/pkg/hcclConfigVersion.cmake.in "$prefix/$dir/hcclConfigVersion.cmake"
+done
+
 cat >"$prefix/set_env.sh" <<EOF
 # Environment for the HCCL host toolkit installed here. Use: source $prefix/set_env.sh
 export ASCEND_HOME_PATH="$prefix"
 export ASCEND_TOOLKIT_HOME="$prefix"
 export LD_LIBRARY_PATH="$prefix/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export PATH="$prefix/bin\${PATH:+:\$PATH}"
+export PKG_CONFIG_PATH="$prefix/lib64/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+export CMAKE_PREFIX_PATH="$prefix\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
 EOF
 chmod 0644 "$prefix/set_env.sh"
-echo "installed ($profile) into $prefix: headers, 4 libraries, $tools tools; next: source $prefix/set_env.sh"
+echo "installed ($profile) into $prefix: headers, 4 libraries, pkg-config and CMake packages, $tools tools; next: source $prefix/set_env.sh"

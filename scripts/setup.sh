@@ -8,6 +8,12 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 # mpirun alone is not enough: building MPI programs needs the headers of libopenmpi-dev.
 { command -v mpirun && echo "#include <mpi.h>" | mpicc -E - ; } >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# The packaging tests build consumer projects with CMake and with make + pkg-config.
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# The Slurm test starts its own munged, slurmctld and slurmd (sbin: not always in PATH).
+{ [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] && command -v srun; } >/dev/null 2>&1 || need+=(slurmd slurmctld slurm-client munge)
 # A second, independent PNG inflater for the plot test (zlib is part of CPython).
 python3 -c "import zlib" >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then

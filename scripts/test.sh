@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every check of the project: formatting, lints, unit, integration and C/C++ tests, and
-# the Python package's pytest suite, and each fuzz target for 20 seconds.
+# Runs every check of the project: formatting, lints, the API docs (no warnings), unit,
+# integration and C/C++ tests, the Python package's pytest suite, and each fuzz target for 20
+# seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo test --workspace
 scripts/python_tests.sh
 scripts/fuzz.sh 20

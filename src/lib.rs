@@ -17,8 +17,8 @@ pub mod base;
 pub mod comm;
 pub mod exec;
 pub mod ffi;
-// Being rewritten on its own branch: the unsafe hygiene lints are switched on there when the
-// transport refactor lands.
+// The links' raw-memory code predates the unsafe hygiene lints; they are switched on for it as
+// each link moves behind a common link interface.
 #[allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod transport;
 

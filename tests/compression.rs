@@ -399,6 +399,67 @@ fn env_opt_in_compresses_plain_allreduce_across_hosts() {
     );
 }
 
+/// With `HCCL_TRACE_FILE` set, plain and compressed AllReduces still count in the counters,
+/// and both are written to the trace.
+fn traced_body(r: &Rank) {
+    let count = 1 << 12;
+    let send = normal(r.rank, 6, count);
+    let mut out = vec![0f32; count];
+    let res = unsafe {
+        HcclAllReduce(
+            send.as_ptr() as *mut _,
+            out.as_mut_ptr() as *mut _,
+            count as u64,
+            FP32,
+            SUM,
+            r.comm,
+            null_mut(),
+        )
+    };
+    r.ok(res, "traced plain AllReduce");
+    let plain = stats(r);
+    r.ok(
+        allreduce_c(r, &send, &mut out, &config(3, 0.0, None)),
+        "traced compressed AllReduce",
+    );
+    let both = stats(r);
+    r.check(
+        plain.ops == 1
+            && plain.level1BytesSent > 0
+            && both.ops == 2
+            && both.compressedOps == 1
+            && both.level1BytesSent > plain.level1BytesSent,
+        || format!("counters of traced operations: {plain:?} then {both:?}"),
+    );
+}
+
+#[test]
+fn traced_operations_are_counted() {
+    let dir = std::env::temp_dir().join(format!("hccl-compress-trace-{}", std::process::id()));
+    if is_child() {
+        run_ranks(4, TIMEOUT, traced_body);
+        return;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace_%r.json");
+    run_self(
+        "traced_operations_are_counted",
+        &[
+            ("HCCL_RANK_HOST_MAP", "a,a,b,b"),
+            ("HCCL_TRACE_FILE", path.to_str().unwrap()),
+        ],
+        TIMEOUT,
+    );
+    for rank in 0..4 {
+        let text = std::fs::read_to_string(dir.join(format!("trace_{rank}.json"))).unwrap();
+        assert!(
+            text.contains("compressed-level1-exchange") && text.contains("\"AllReduce\""),
+            "rank {rank}'s trace lacks an operation:\n{text}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Calls that cannot be compressed are refused with HCCL_E_PARA (a NULL config with
 /// HCCL_E_PTR) before anything moves, and the communicator keeps working.
 fn bad_input_body(r: &Rank) {

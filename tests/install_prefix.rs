@@ -1,8 +1,11 @@
 //! Installs the CANN-shaped prefix with `scripts/install.sh` (this test run's cargo profile,
 //! same target directory) and uses it as a user would: `source PREFIX/set_env.sh`, then build
 //! and run the programs of `ctests/` with the documented commands — thread per device, process
-//! per device under `mpirun`, `dlopen` + `dlsym` of every API name, and `LD_PRELOAD` over a
-//! program linked against a decoy libhccl.so.
+//! per device under `mpirun`, `dlopen` + `dlsym` of every API name, `LD_PRELOAD` over a
+//! program linked against a decoy libhccl.so, and the CMake and pkg-config packages used by the
+//! consumer projects of `ctests/consumers/`.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -237,4 +240,144 @@ fn overlap_program_builds_and_runs_on_a_small_message() {
         &format!("g++ {CXXFLAGS} \"$CT/overlap.cc\" {LINK} -o overlap -pthread\n./overlap 2 1"),
     );
     assert!(out.contains("overlap: 2 ranks, 1 MiB"), "{out}");
+}
+
+/// Whether `tool` runs (`tool --version`).
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The library's version, as the packages must advertise it.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs `script` in bash in `dir` with a clean environment for the package lookups (no
+/// set_env.sh: the packages must be found from the prefix alone, as a user's build does).
+fn plain_shell(dir: &Path, script: &str) -> (bool, String) {
+    let out = Command::new("bash")
+        .args(["-c", &format!("set -e\n{script}")])
+        .current_dir(dir)
+        .env("P", prefix())
+        .env("CT", root().join("ctests"))
+        .env("HCCL_CONNECT_TIMEOUT", "30")
+        .env("HCCL_EXEC_TIMEOUT", "60")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("PKG_CONFIG_PATH")
+        .env_remove("CMAKE_PREFIX_PATH")
+        .output()
+        .expect("run bash");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn cmake_project_finds_the_package_and_runs_a_two_rank_allreduce() {
+    if !have("cmake") || !have("make") {
+        common::skip::skip_unless_ci("cmake or make not installed");
+        return;
+    }
+    let dir = work("cmake");
+    let _ = std::fs::remove_dir_all(dir.join("build"));
+    // Configured with CMAKE_PREFIX_PATH only; the program runs without LD_LIBRARY_PATH, so
+    // the imported targets also gave it a usable build rpath.
+    let (ok, out) = plain_shell(
+        &dir,
+        "cmake -S \"$CT/consumers/cmake\" -B build -DCMAKE_PREFIX_PATH=\"$P\" \
+         -DCMAKE_BUILD_TYPE=Release\n\
+         cmake --build build\n\
+         ./build/package_allreduce",
+    );
+    assert!(ok, "CMake consumer failed:\n{out}");
+    assert!(out.contains("package_allreduce: ok (2 ranks)"), "{out}");
+
+    // The version file: a newer request is refused, an exact one accepted; the targets carry
+    // the prefix's include directory and libraries.
+    let probe = dir.join("probe");
+    std::fs::create_dir_all(&probe).expect("probe dir");
+    std::fs::write(
+        probe.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.13)\nproject(probe LANGUAGES NONE)\n\
+         find_package(hccl ${WANT} CONFIG REQUIRED)\n\
+         get_target_property(inc hccl::hccl INTERFACE_INCLUDE_DIRECTORIES)\n\
+         get_target_property(lib ascendcl::ascendcl IMPORTED_LOCATION)\n\
+         message(STATUS \"probe: ${hccl_VERSION} inc=${inc} lib=${lib}\")\n",
+    )
+    .expect("write probe project");
+    let configure = |want: &str| {
+        plain_shell(
+            &probe,
+            &format!("rm -rf b && cmake -S . -B b -DCMAKE_PREFIX_PATH=\"$P\" -DWANT={want} 2>&1"),
+        )
+    };
+    let (ok, out) = configure(VERSION);
+    let pd = prefix().display().to_string();
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "probe: {VERSION} inc={pd}/include lib={pd}/lib64/libascendcl.so"
+        )),
+        "{out}"
+    );
+    let (ok, out) = configure("99.0");
+    assert!(
+        !ok && out.contains("99.0"),
+        "a version 99.0 request succeeded:\n{out}"
+    );
+}
+
+#[test]
+fn makefile_project_with_pkg_config_runs_a_two_rank_allreduce() {
+    if !have("pkg-config") || !have("make") {
+        common::skip::skip_unless_ci("pkg-config or make not installed");
+        return;
+    }
+    let dir = work("pkgconfig");
+    let _ = std::fs::remove_file(dir.join("package_allreduce"));
+    let pd = prefix().display().to_string();
+    let (ok, out) = plain_shell(
+        &dir,
+        "export PKG_CONFIG_PATH=\"$P/lib64/pkgconfig\"\n\
+         echo \"version=$(pkg-config --modversion hccl) $(pkg-config --modversion ascendcl)\"\n\
+         echo \"flags=$(pkg-config --cflags --libs hccl)\"\n\
+         make -f \"$CT/consumers/pkgconfig/Makefile\"\n\
+         LD_LIBRARY_PATH=\"$(pkg-config --variable=libdir hccl)\" ./package_allreduce",
+    );
+    assert!(ok, "pkg-config consumer failed:\n{out}");
+    assert!(
+        out.contains(&format!("version={VERSION} {VERSION}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("flags=-I{pd}/include -L{pd}/lib64 -lhccl")),
+        "{out}"
+    );
+    assert!(out.contains("package_allreduce: ok (2 ranks)"), "{out}");
+}
+
+#[test]
+fn set_env_points_pkg_config_and_cmake_at_the_prefix() {
+    let out = shell_ok(
+        &work("env-pkg"),
+        "echo \"pc=$PKG_CONFIG_PATH\"\necho \"cm=$CMAKE_PREFIX_PATH\"",
+    );
+    let pd = prefix().display().to_string();
+    assert!(out.contains(&format!("pc={pd}/lib64/pkgconfig")), "{out}");
+    assert!(out.contains(&format!("cm={pd}")), "{out}");
+    for f in [
+        "lib64/pkgconfig/hccl.pc",
+        "lib64/pkgconfig/ascendcl.pc",
+        "lib64/cmake/hccl/hcclConfig.cmake",
+        "lib64/cmake/hccl/hcclConfigVersion.cmake",
+        "share/cmake/hccl/hcclConfig.cmake",
+        "share/cmake/hccl/hcclConfigVersion.cmake",
+    ] {
+        assert!(prefix().join(f).is_file(), "{f} missing");
+    }
 }

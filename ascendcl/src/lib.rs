@@ -24,7 +24,6 @@ pub mod api;
 pub mod device;
 pub mod error;
 pub mod event;
-pub mod fp16;
 pub mod handle;
 pub mod logging;
 pub mod memory;

@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         level0: LinkKind::Memory.default_cost(),
         level1: LinkKind::Network.default_cost(),
         gamma: 3e9,
+        fabric: None,
     };
     if let Ok(m) = base.with_overrides(&text) {
         for l in [m.level0, m.level1] {

@@ -163,12 +163,13 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Converts a half-precision value to `float`.
+ * Converts a half-precision value to `float` (exact; a NaN stays a NaN).
  */
 float aclFloat16ToFloat(aclFloat16 value);
 
 /**
- * Converts a `float` to half precision (round to nearest even; overflow gives infinity).
+ * Converts a `float` to half precision (round to nearest even; overflow gives infinity; a
+ * NaN stays a quiet NaN).
  */
 aclFloat16 aclFloatToFloat16(float value);
 

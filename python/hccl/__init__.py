@@ -2,7 +2,7 @@
 
 Ranks are processes (or threads) of one or several hosts; they exchange through shared memory
 inside a host and TCP between hosts. Run a script under a launcher (``hcclrun -n 4``,
-``torchrun --nproc-per-node 4``, ``mpirun -np 4``) and::
+``torchrun --nproc-per-node 4``, ``mpirun -np 4``, ``srun -n 4``) and::
 
     import numpy as np
     import hccl
@@ -149,9 +149,11 @@ def init(
 
     With ``size`` and ``rank`` omitted they come from the launcher's variables (``hcclrun``'s
     ``HCCL_RANK``/``HCCL_WORLD_SIZE``, torchrun's ``RANK``/``WORLD_SIZE``, Open MPI's,
-    MPICH's); without a launcher the process is a single rank. Rank 0 serves the root info to
-    the others at ``HCCL_ROOT_ADDR`` or ``MASTER_ADDR``/``MASTER_PORT`` (``MASTER_PORT + 1``
-    under torchrun), else on this host at a port derived from the job. ``timeout`` (seconds)
+    MPICH's, Slurm's ``SLURM_PROCID``/``SLURM_NTASKS`` inside an ``srun`` step); without a
+    launcher the process is a single rank. Rank 0 serves the root info to the others at
+    ``HCCL_ROOT_ADDR`` or ``MASTER_ADDR``/``MASTER_PORT`` (``MASTER_PORT + 1`` under
+    torchrun), under Slurm on the step's first node, else on this host, at a port derived
+    from the job. ``timeout`` (seconds)
     bounds every wait for peers (default ``HCCL_CONNECT_TIMEOUT``/``HCCL_EXEC_TIMEOUT``).
     """
     if _native._get_default() is not None:

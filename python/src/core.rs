@@ -14,7 +14,6 @@ use hccl::base::error::{Error, ErrorKind, Result};
 use hccl::comm::dispatch;
 use hccl::comm::queue::{self, OpQueue, Then};
 use hccl::comm::{Communicator, OpArgs};
-use hccl::exec::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use parking_lot::Mutex;
 
 use crate::buffer::View;
@@ -216,9 +215,15 @@ pub unsafe fn divide(ptr: usize, count: usize, dt: DataType, n: u32) -> Result<(
             DataType::Fp16 | DataType::Bf16 => {
                 type Conv = (fn(u16) -> f32, fn(f32) -> u16);
                 let (to, from): Conv = if dt == DataType::Fp16 {
-                    (f16_to_f32, f32_to_f16)
+                    (
+                        |h| half::f16::from_bits(h).to_f32(),
+                        |f| half::f16::from_f32(f).to_bits(),
+                    )
                 } else {
-                    (bf16_to_f32, f32_to_bf16)
+                    (
+                        |h| half::bf16::from_bits(h).to_f32(),
+                        |f| half::bf16::from_f32(f).to_bits(),
+                    )
                 };
                 let p = ptr as *mut u16;
                 for i in 0..count {

@@ -3,6 +3,7 @@
 //! layout and the message size, with level0 links (within a host) and level1 links (across
 //! hosts) priced separately. The selector takes the cheapest; the simulator prints the table.
 
+use super::fabric::Fabric;
 use super::{Algo, Coll, Ctx, Topo};
 
 /// Cost of one link level.
@@ -67,7 +68,8 @@ impl LinkKind {
     }
 }
 
-/// The model: one link cost per level plus the local reduction rate.
+/// The model: one link cost per level plus the local reduction rate, and optionally the
+/// network the hosts share.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
     /// Within a host.
@@ -76,6 +78,10 @@ pub struct CostModel {
     pub level1: LinkCost,
     /// Reduction throughput, bytes per second.
     pub gamma: f64,
+    /// The shared-link view of the network: a host's ranks share its NICs (level1 β is then a
+    /// NIC's bandwidth, not a rank's) and switch uplinks may be oversubscribed. `None`: every
+    /// rank has level1 β to itself.
+    pub fabric: Option<Fabric>,
 }
 
 impl CostModel {
@@ -93,6 +99,7 @@ impl CostModel {
             level0: l0.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: Some(Fabric::default()),
         }
     }
 }
@@ -195,6 +202,150 @@ fn mesh_step(l: &LinkCost, peers: f64, bytes: f64) -> f64 {
     l.alpha + peers * l.peer + bytes / l.mesh_beta
 }
 
+/// How the network prices a message when several ranks use it at once (the shared-link
+/// model of [`Fabric`]); without a fabric every rank has level1 to itself, as before.
+struct Net {
+    /// Level1 costs, with the fabric's latency.
+    l1: LinkCost,
+    /// Whether links are shared (a fabric is given and ranks span hosts).
+    shared: bool,
+    /// Bandwidth of one NIC, NICs per host.
+    nic: f64,
+    nics: f64,
+    /// Capacity of a leaf or rail uplink, and the hosts under one leaf (tree layout).
+    uplink: Option<f64>,
+    leaf: f64,
+    rail: bool,
+    /// Ranks per host, ranks, hosts.
+    m: f64,
+    n: f64,
+    h: f64,
+    level0: LinkCost,
+}
+
+impl Net {
+    fn new(model: &CostModel, sh: Shape) -> Net {
+        let f = model.fabric.unwrap_or_default();
+        let nic = f.nic_bw.unwrap_or(model.level1.beta);
+        let l1 = LinkCost {
+            alpha: f.latency.unwrap_or(model.level1.alpha),
+            ..model.level1
+        };
+        Net {
+            l1: if model.fabric.is_some() {
+                l1
+            } else {
+                model.level1
+            },
+            shared: model.fabric.is_some() && sh.hosts > 1.0,
+            nic,
+            nics: f.nics.max(1) as f64,
+            uplink: f.uplink_bw(nic, sh.hosts as u32),
+            leaf: if f.hosts_per_leaf == 0 {
+                sh.hosts
+            } else {
+                f.hosts_per_leaf as f64
+            },
+            rail: f.layout == super::fabric::Layout::Rail,
+            m: sh.per_host,
+            n: sh.n,
+            h: sh.hosts,
+            level0: model.level0,
+        }
+    }
+
+    /// The cost of one of `c` messages that each host's ranks send across hosts at once
+    /// (ranks share their host's NICs), `u` of which cross each switch uplink.
+    fn flow(&self, c: f64, u: f64) -> LinkCost {
+        if !self.shared {
+            return self.l1;
+        }
+        let mut beta = self.nic * (self.nics / c.max(1.0)).min(1.0);
+        if let (Some(up), true) = (self.uplink, u > 0.0) {
+            beta = beta.min(up / u);
+        }
+        LinkCost {
+            beta,
+            mesh_beta: beta,
+            ..self.l1
+        }
+    }
+
+    /// A ring or chain edge between hosts: one flow per host; in a rail layout it changes
+    /// rails (and crosses the spine, with every host's edge) unless the last local rank and
+    /// the first share a NIC index.
+    fn edge(&self) -> LinkCost {
+        let u = if self.rail {
+            if !(self.m as u32)
+                .saturating_sub(1)
+                .is_multiple_of((self.nics as u32).max(1))
+            {
+                self.h
+            } else {
+                0.0
+            }
+        } else {
+            1.0
+        };
+        self.flow(1.0, u)
+    }
+
+    /// All ranks of every host exchange with peers `d` ranks away (`d` ≥ ranks per host):
+    /// in a tree layout the whole leaf crosses its uplink once `d` spans a leaf; in a rail
+    /// layout partners share a local index, so a rail.
+    fn all(&self, d: f64) -> LinkCost {
+        let u = if !self.rail && d >= self.m * self.leaf {
+            self.m * self.leaf
+        } else {
+            0.0
+        };
+        self.flow(self.m, u)
+    }
+
+    /// One ring per local rank across hosts (the two-level forms): each host's ranks all
+    /// send across, each ring once over each leaf boundary; rings keep to their rail.
+    fn rings(&self) -> LinkCost {
+        let u = if self.rail { 0.0 } else { self.m };
+        self.flow(self.m, u)
+    }
+
+    /// Time of a mesh step in which every rank sends `b` bytes to each of its `n − 1` peers
+    /// (level `flat` without sharing).
+    fn mesh(&self, flat: &LinkCost, b: f64) -> f64 {
+        let n = self.n;
+        if !self.shared {
+            return mesh_step(flat, n - 1.0, (n - 1.0) * b);
+        }
+        let (m, l0) = (self.m, &self.level0);
+        let inside = (m - 1.0) * b / l0.mesh_beta;
+        let nic = m * (n - m) * b / (self.nics * self.nic);
+        let leaf = m * self.leaf;
+        let up = match self.uplink {
+            Some(cap) if !self.rail && leaf < n => leaf * (n - leaf) * b / cap,
+            Some(cap) if self.rail => {
+                // Flows to another local index mod nics change rails.
+                let per_rail = self.h * m / self.nics;
+                per_rail * (n - n / self.nics) * b / cap
+            }
+            _ => 0.0,
+        };
+        self.l1.alpha + (m - 1.0) * l0.peer + (n - m) * self.l1.peer + inside.max(nic).max(up)
+    }
+
+    /// Time of every rank sending `b` bytes to one rank (or one rank to every rank): that
+    /// rank's own link carries them all.
+    fn fan(&self, flat: &LinkCost, b: f64) -> f64 {
+        let n = self.n;
+        if !self.shared {
+            return mesh_step(flat, n - 1.0, (n - 1.0) * b);
+        }
+        let (m, l0) = (self.m, &self.level0);
+        let inside = (m - 1.0) * b / l0.mesh_beta;
+        let far = (n - m) * b / self.nic;
+        self.l1.alpha + (m - 1.0) * l0.peer + (n - m) * self.l1.peer + inside.max(far)
+    }
+}
+
 /// Time of `np` pipeline pieces of a two-level schedule whose level0 part costs `l0` a piece
 /// and whose level1 part costs `l1` a piece over `k` steps of latency `a1`: pieces in level1
 /// share steps, so that latency is paid once a step; the busier level sets the pace and the
@@ -223,7 +374,9 @@ fn log2c(x: f64) -> f64 {
 
 /// Predicted seconds for `algo` on `coll` (`bytes`: AllReduce/Reduce/Broadcast message;
 /// AllGather/ReduceScatter total output/input of all ranks; AlltoAll bytes sent per rank).
-/// `None` when the algorithm has no schedule of its own for the operation.
+/// `None` when the algorithm has no schedule of its own for the operation. With a fabric in
+/// the model, messages that several of a host's ranks send across hosts at once share its
+/// NICs (and leaf or rail uplinks), step by step.
 pub fn predict(
     algo: Algo,
     coll: &Coll,
@@ -239,10 +392,12 @@ pub fn predict(
     if n <= 1.0 {
         return Some(0.0);
     }
+    let net = Net::new(m, sh);
+    let level1 = net.l1;
     // Flat algorithms run at the pace of their slowest link.
-    let flat = if sh.hosts > 1.0 { m.level1 } else { m.level0 };
+    let flat = if sh.hosts > 1.0 { level1 } else { m.level0 };
     let g = |b: f64| b / m.gamma;
-    let mesh = |l: &LinkCost, b: f64| mesh_step(l, n - 1.0, b);
+    let mesh = |l: &LinkCost, b: f64| net.mesh(l, b);
     // Log-step algorithms change partner every step; on this VM such a step costs half a
     // mesh peer more than a ring step, whose fixed neighbours keep their channels warm.
     let hop = |l: &LinkCost| LinkCost {
@@ -250,13 +405,48 @@ pub fn predict(
         ..*l
     };
     let (flat_hop, l0_hop) = (hop(&flat), hop(&m.level0));
+    // A ring edge between hosts, and a log step at distance d: on level0 below the ranks per
+    // host (hosts hold consecutive ranks), else across hosts with every rank of each host.
+    let edge = if sh.hosts > 1.0 { net.edge() } else { flat };
+    let step_at = |d: f64| {
+        if d < sh.per_host {
+            l0_hop
+        } else if net.shared {
+            hop(&net.all(d))
+        } else {
+            flat_hop
+        }
+    };
+    // Bytes a log-step phase moves per rank at distances 1, 2, 4, … below `p` (each step
+    // moves d/p of `bytes`), priced step by step when links are shared.
+    let doubling = |p: f64, bytes: f64| -> f64 {
+        if !net.shared {
+            return log2c(p) * flat_hop.alpha + (p - 1.0) / p * bytes / flat.beta;
+        }
+        let mut t = 0.0;
+        let mut d = 1.0;
+        while d < p {
+            let l = step_at(d);
+            t += l.alpha + d / p * bytes / l.beta;
+            d *= 2.0;
+        }
+        t
+    };
     let p = 2f64.powf(n.log2().floor());
     let folded = p < n;
-    // Two-level forms work in pipeline pieces: (hosts, pieces, shard bytes).
+    // Folding pairs neighbouring ranks, which share a host when hosts hold two or more.
+    let fold = if net.shared && sh.per_host >= 2.0 {
+        m.level0
+    } else {
+        flat
+    };
+    // Two-level forms work in pipeline pieces: (hosts, pieces, shard bytes), and their level1
+    // rings (one per local rank) share each host's NICs.
     let hier_piece = {
         let np = super::hier::pieces(bytes as usize, super::hier::PIECE_BYTES) as f64;
         (sh.hosts, np, bytes / np / sh.per_host)
     };
+    let rings = net.rings();
     // Level0 of a two-level piece: a mesh reduce-scatter into shards, copies folded in order
     // (one more pass than direct), and the matching allgather or gather.
     let hier_fold = |shard: f64| {
@@ -270,9 +460,9 @@ pub fn predict(
     let t = match (algo, coll) {
         (Algo::Direct, Coll::AllReduce { .. }) => {
             if memory && bytes > 4096.0 {
-                2.0 * mesh(&flat, (n - 1.0) * bytes / n) + g((n - 1.0) * bytes / n)
+                2.0 * mesh_step(&flat, n - 1.0, (n - 1.0) * bytes / n) + g((n - 1.0) * bytes / n)
             } else {
-                mesh(&flat, (n - 1.0) * bytes) + g((n - 1.0) * bytes)
+                mesh(&flat, bytes) + g((n - 1.0) * bytes)
             }
         }
         (Algo::Ring, Coll::AllReduce { .. }) => {
@@ -280,23 +470,21 @@ pub fn predict(
             // reductions of one chunk overlap the transfers of others.
             let c = super::ring::chunks_for((bytes / n) as usize) as f64;
             let red = g((n - 1.0) * bytes / n);
-            (2.0 * (n - 1.0) + c - 1.0) * flat.alpha
-                + 2.0 * (n - 1.0) * bytes / n / flat.beta
+            (2.0 * (n - 1.0) + c - 1.0) * edge.alpha
+                + 2.0 * (n - 1.0) * bytes / n / edge.beta
                 + if memory { red } else { red / c }
         }
         (Algo::Rhd, Coll::AllReduce { .. }) => {
-            // Distances below the ranks per host stay on level0 (hosts hold consecutive ranks).
             let mut t = 0.0;
             let mut d = p / 2.0;
             let mut part = bytes / 2.0;
             while d >= 1.0 {
-                let l = if d < sh.per_host { l0_hop } else { flat_hop };
-                t += 2.0 * l.msg(part) + g(part);
+                t += 2.0 * step_at(d).msg(part) + g(part);
                 part /= 2.0;
                 d /= 2.0;
             }
             if folded {
-                t += 2.0 * flat.msg(bytes) + g(bytes);
+                t += 2.0 * fold.msg(bytes) + g(bytes);
             }
             t
         }
@@ -305,7 +493,24 @@ pub fn predict(
                 .ceil()
                 .clamp(1.0, super::tree::MAX_CHUNKS as f64);
             let c = bytes / 2.0 / k;
-            (k + 2.0 * log2c(n + 1.0)) * flat_hop.msg(3.0 * c) + g(bytes)
+            let rounds = k + 2.0 * log2c(n + 1.0);
+            if net.shared {
+                // Latency every round; bandwidth where the pipeline is full: an inner node
+                // moves three chunks a round, and a host's NICs carry one per tree edge leaving
+                // it. Filling and draining the pipeline moves a chunk across each tree level
+                // above the hosts (the levels within a host run at memory speed).
+                let cross = super::tree::crossing_edges(n as u32, sh.per_host as u32) as f64;
+                let mut full = k * c * 3f64.max(cross / net.nics) / net.nic;
+                if let (Some(up), false) = (net.uplink, net.rail) {
+                    let leaf = (sh.per_host * net.leaf) as u32;
+                    let out = super::tree::crossing_edges(n as u32, leaf) as f64;
+                    full = full.max(k * c * out / up);
+                }
+                let fill = 2.0 * log2c(sh.hosts) * c / net.nic;
+                rounds * flat_hop.alpha + full + fill + g(bytes)
+            } else {
+                rounds * flat_hop.msg(3.0 * c) + g(bytes)
+            }
         }
         (Algo::Hier, Coll::AllReduce { .. }) => {
             let (h, np, shard) = hier_piece;
@@ -313,11 +518,11 @@ pub fn predict(
             // direct) and allgather; level1 a ring allreduce of each shard across hosts.
             let l0 = hier_fold(shard);
             let l1 = if h > 1.0 {
-                2.0 * (h - 1.0) * m.level1.msg(shard / h) + g((h - 1.0) * shard / h)
+                2.0 * (h - 1.0) * rings.msg(shard / h) + g((h - 1.0) * shard / h)
             } else {
                 0.0
             };
-            hier_pipeline(np, l0, l1, 2.0 * (h - 1.0), m.level1.alpha)
+            hier_pipeline(np, l0, l1, 2.0 * (h - 1.0), level1.alpha)
         }
         (Algo::Hier, Coll::Reduce { .. }) => {
             let (h, np, shard) = hier_piece;
@@ -326,14 +531,13 @@ pub fn predict(
             let l0 = hier_fold(shard);
             let (l1, k) = if h > 1.0 {
                 let part = (h - 1.0) * shard / h;
-                let t = (h - 1.0) * m.level1.msg(shard / h)
-                    + g(part)
-                    + mesh_step(&m.level1, h - 1.0, part);
+                let t =
+                    (h - 1.0) * rings.msg(shard / h) + g(part) + mesh_step(&rings, h - 1.0, part);
                 (t, h)
             } else {
                 (0.0, 0.0)
             };
-            hier_pipeline(np, l0, l1, k, m.level1.alpha)
+            hier_pipeline(np, l0, l1, k, level1.alpha)
         }
         (Algo::Hier, Coll::Broadcast { .. }) => {
             let ((h, np, shard), mm) = (hier_piece, sh.per_host);
@@ -344,7 +548,7 @@ pub fn predict(
             } else {
                 0.0
             };
-            let l1 = if h > 1.0 { m.level1.msg(shard) } else { 0.0 };
+            let l1 = if h > 1.0 { rings.msg(shard) } else { 0.0 };
             2.0 * l0 + (np + h - 2.0) * l0.max(l1)
         }
         (Algo::Hier, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
@@ -352,39 +556,54 @@ pub fn predict(
             // Level0: each rank hands its blocks of the other columns to their owners on its
             // host (folded in order); level1: a ring reduce-scatter per column, a block a step.
             let moved = (mm - 1.0) / mm * bytes;
-            let l0 = if mm > 1.0 {
-                mesh_step(&m.level0, mm - 1.0, moved) + 2.0 * g(moved)
-            } else {
+            let l0 = if mm <= 1.0 {
                 0.0
+            } else if net.shared {
+                // Receives fold the blocks in as they arrive.
+                mesh_step(&m.level0, mm - 1.0, moved)
+            } else {
+                mesh_step(&m.level0, mm - 1.0, moved) + 2.0 * g(moved)
             };
             let l1 = if h > 1.0 {
-                (h - 1.0) * m.level1.msg(bytes / n) + g((h - 1.0) * bytes / n)
+                (h - 1.0) * rings.msg(bytes / n) + g((h - 1.0) * bytes / n)
             } else {
                 0.0
             };
             l0 + l1
         }
-        (Algo::Direct, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
-            mesh(&flat, (n - 1.0) * bytes / n)
-        }
+        (Algo::Direct, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => mesh(&flat, bytes / n),
         (Algo::Ring, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
-            (n - 1.0) * flat.msg(bytes / n)
+            (n - 1.0) * edge.msg(bytes / n)
         }
         (Algo::Rhd, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
-            let mut t = log2c(p) * flat_hop.alpha + (p - 1.0) / p * bytes / flat.beta;
+            let mut t = doubling(p, bytes);
             if folded {
-                t += flat.msg(bytes / n) + flat.msg(bytes);
+                t += fold.msg(bytes / n) + fold.msg(bytes);
             }
             t
         }
         (Algo::Bruck, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
-            log2c(n) * flat_hop.alpha + (n - 1.0) / n * bytes / flat.beta
+            if !net.shared {
+                log2c(n) * flat_hop.alpha + (n - 1.0) / n * bytes / flat.beta
+            } else {
+                // Round d: every rank sends min(d, n − d) blocks to the rank d below; the
+                // ranks of a host below local index d reach the previous host.
+                let mut t = 0.0;
+                let mut d = 1.0;
+                while d < n {
+                    let c = d.min(sh.per_host);
+                    let l = hop(&net.flow(c, if d >= sh.per_host { c } else { 1.0 }));
+                    t += l.alpha + d.min(n - d) * bytes / n / l.beta;
+                    d *= 2.0;
+                }
+                t
+            }
         }
         (Algo::Hier, Coll::AllGather { .. }) => {
             let h = sh.hosts;
             let mm = sh.per_host;
             let l1 = if h > 1.0 {
-                (h - 1.0) * m.level1.msg(bytes / n)
+                (h - 1.0) * rings.msg(bytes / n)
             } else {
                 0.0
             };
@@ -396,34 +615,72 @@ pub fn predict(
             l1 + l0
         }
         (Algo::Direct, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
-            mesh(&flat, (n - 1.0) * bytes / n) + g((n - 1.0) * bytes / n)
+            mesh(&flat, bytes / n) + g((n - 1.0) * bytes / n)
         }
         (Algo::Ring, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
-            (n - 1.0) * flat.msg(bytes / n) + g((n - 1.0) * bytes / n)
+            if net.shared {
+                // The input is first copied to scratch; receives then fold in as they arrive.
+                g(bytes) + (n - 1.0) * edge.msg(bytes / n)
+            } else {
+                (n - 1.0) * edge.msg(bytes / n) + g((n - 1.0) * bytes / n)
+            }
         }
         (Algo::Rhd, Coll::ReduceScatter { .. } | Coll::ReduceScatterV { .. }) => {
-            let mut t = log2c(p) * flat_hop.alpha + (p - 1.0) / p * bytes / flat.beta + g(bytes);
+            let mut t = doubling(p, bytes) + g(bytes);
             if folded {
-                t += flat.msg(bytes) + flat.msg(bytes / n) + g(bytes);
+                t += fold.msg(bytes) + fold.msg(bytes / n) + g(bytes);
             }
             t
         }
-        (Algo::Direct, Coll::Broadcast { .. }) => mesh(&flat, (n - 1.0) * bytes),
+        (Algo::Direct, Coll::Broadcast { .. }) => net.fan(&flat, bytes),
         (Algo::Ring | Algo::Chain, Coll::Broadcast { .. }) => {
             let k = (bytes / super::chain::CHUNK_BYTES as f64).ceil().max(1.0);
-            (k + n - 2.0) * flat.msg(bytes / k)
+            if net.shared {
+                // The pipeline's pace is the slowest hop (between hosts); filling it takes a
+                // step per hop, most of them inside hosts.
+                let h = sh.hosts;
+                (k + h - 2.0) * edge.msg(bytes / k) + (n - h) * m.level0.msg(bytes / k)
+            } else {
+                (k + n - 2.0) * edge.msg(bytes / k)
+            }
         }
         (Algo::Direct, Coll::Reduce { .. }) => {
-            2.0 * mesh(&flat, (n - 1.0) * bytes / n) + g((n - 1.0) * bytes / n)
+            mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
         }
         (Algo::Ring, Coll::Reduce { .. }) => {
-            (n - 1.0) * flat.msg(bytes / n)
-                + flat.msg((n - 1.0) * bytes / n)
-                + g((n - 1.0) * bytes / n)
+            let gather = if net.shared {
+                net.fan(&flat, bytes / n)
+            } else {
+                flat.msg((n - 1.0) * bytes / n)
+            };
+            (n - 1.0) * edge.msg(bytes / n) + gather + g((n - 1.0) * bytes / n)
         }
-        (Algo::Direct, Coll::Scatter { .. }) => mesh(&flat, bytes),
-        (Algo::Direct, Coll::AlltoAllV { .. }) => mesh(&flat, bytes),
-        (Algo::Pairwise, Coll::AlltoAllV { .. }) => (n - 1.0) * flat.alpha + bytes / flat.beta,
+        (Algo::Direct, Coll::Scatter { .. }) => {
+            if net.shared {
+                net.fan(&flat, bytes / n)
+            } else {
+                mesh_step(&flat, n - 1.0, bytes)
+            }
+        }
+        (Algo::Direct, Coll::AlltoAllV { .. }) => {
+            if net.shared {
+                mesh(&flat, bytes / n)
+            } else {
+                mesh_step(&flat, n - 1.0, bytes)
+            }
+        }
+        (Algo::Pairwise, Coll::AlltoAllV { .. }) => {
+            if net.shared {
+                // n − 1 rounds; in those that cross hosts every rank of a host does.
+                let mm = sh.per_host;
+                let across = net.all(mm);
+                (n - 1.0) * flat.alpha
+                    + (mm - 1.0) * bytes / n / m.level0.beta
+                    + (n - mm) * bytes / n / across.beta
+            } else {
+                (n - 1.0) * flat.alpha + bytes / flat.beta
+            }
+        }
         (Algo::Direct, Coll::P2p { .. } | Coll::Barrier) => log2c(n) * flat.alpha,
         _ => return None,
     };
@@ -440,6 +697,7 @@ mod tests {
             level0: LinkKind::Memory.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: None,
         };
         let m = base
             .with_overrides(" level1: alpha=1e-3, beta=6.25e7 ; gamma=5e9;level0:peer=2e-6")
@@ -473,6 +731,7 @@ mod tests {
             level0: LinkKind::Network.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: None,
         };
         // 48 ranks: RHD folds 16 of them, paying two extra full-size transfers.
         let sh = Shape::of(&Topo::flat(48));

@@ -1,5 +1,5 @@
 //! Collective algorithms, each a pure function from (rank, rank count, links, counts) to a
-//! [`Schedule`](schedule::Schedule), and the selector that picks one per call.
+//! [`Schedule`], and the selector that picks one per call.
 //!
 //! Where to look: ring algorithms in `ring.rs`, one-step mesh exchanges in `direct.rs`, the
 //! pipelined broadcast chain in `chain.rs`, pairwise AlltoAll in `pairwise.rs`, recursive
@@ -15,6 +15,9 @@ pub mod chain;
 pub mod compressed;
 pub mod cost;
 pub mod direct;
+pub mod fabric;
+pub mod fingerprint;
+pub mod flows;
 pub mod hier;
 pub mod pairwise;
 pub mod rhd;
@@ -259,6 +262,55 @@ pub fn build(coll: &Coll, ctx: &Ctx, algo: Algo) -> Schedule {
         _ => direct::build(ctx, coll),
     };
     s.finish()
+}
+
+/// Builds the schedule of every rank of `topo` for `coll_of(rank)` with `algo` (elements of
+/// `elem` bytes, network links) on all available cores, handing each to `keep` (which may
+/// compact it) as it is made; results in rank order.
+pub fn build_each<T: Send>(
+    topo: &Topo,
+    coll_of: &(dyn Fn(u32) -> Coll + Sync),
+    algo: Algo,
+    elem: usize,
+    deterministic: bool,
+    keep: impl Fn(u32, Schedule) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    let n = topo.n();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .clamp(1, 8)
+        .min(n.max(1) as usize) as u32;
+    let per = n.div_ceil(threads).max(1);
+    let keep = &keep;
+    let parts: Vec<Result<Vec<T>, String>> = std::thread::scope(|sc| {
+        let jobs: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    (t * per..((t + 1) * per).min(n))
+                        .map(|me| {
+                            let ctx = Ctx {
+                                me,
+                                n,
+                                elem,
+                                network: true,
+                                topo,
+                                deterministic,
+                            };
+                            keep(me, build(&coll_of(me), &ctx, algo))
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().expect("schedule builder panicked"))
+            .collect()
+    });
+    let mut out = Vec::with_capacity(n as usize);
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Ring algorithms: each rank talks only to its neighbours, so every link carries the same
 //! load and the bandwidth term is the optimal 2(n-1)/n of the message for AllReduce. Large
-//! blocks are cut into chunks that move through the ring as a pipeline (see [`pipelined`]).
+//! blocks are cut into chunks that move through the ring as a pipeline (see `pipelined`).
 
 use super::schedule::{even_blocks, Action, Buf, Schedule, Span};
 use super::Ctx;
@@ -60,11 +60,13 @@ fn pipelined(
     }
     for t in 0..stages.len() + chunks - 1 {
         let st = s.step();
-        let live = stages
+        // Only the stages with a chunk in flight at step t: building stays linear in the
+        // schedule's size (rings of thousands of ranks have thousands of stages).
+        let first = (t + 1).saturating_sub(chunks);
+        let live = stages[first..stages.len().min(t + 1)]
             .iter()
             .enumerate()
-            .filter(|&(j, _)| j <= t && t - j < chunks)
-            .map(|(j, g)| (t - j, g));
+            .map(|(i, g)| (t - (first + i), g));
         for (c, g) in live.clone() {
             st.push(Action::Send {
                 peer: right(ctx),

@@ -30,6 +30,11 @@ impl RankSet {
         RankSet(vec![(0, n)])
     }
 
+    /// The sorted, disjoint half-open intervals of the set.
+    pub(super) fn intervals(&self) -> &[(u32, u32)] {
+        &self.0
+    }
+
     /// The union, or `None` when the sets intersect.
     fn disjoint_union(&self, o: &RankSet) -> Option<RankSet> {
         let mut v: Vec<(u32, u32)> = Vec::with_capacity(self.0.len() + o.0.len());
@@ -55,9 +60,9 @@ impl RankSet {
 
 /// What a run of elements holds: input element `pos + delta` of every rank in `set`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Val {
-    delta: i64,
-    set: RankSet,
+pub(super) struct Val {
+    pub(super) delta: i64,
+    pub(super) set: RankSet,
 }
 
 /// A run `[start, end)` of a buffer; `None` = never written.
@@ -350,12 +355,14 @@ fn step_hazards(actions: &[Action]) -> Result<bool, String> {
     Ok(order_dep)
 }
 
-/// Initial contents and expected results of one rank, in elements.
-struct Expect {
-    send: usize,
-    recv: usize,
-    recv_init: Option<Val>,
-    out: Vec<(usize, usize, i64, RankSet)>,
+/// Initial contents and expected results of one rank, in elements: input and output lengths,
+/// what the output holds before the call, and the output ranges `(off, len, delta, set)` that
+/// must hold input element `pos + delta` of exactly the ranks `set`.
+pub(super) struct Expect {
+    pub(super) send: usize,
+    pub(super) recv: usize,
+    pub(super) recv_init: Option<Val>,
+    pub(super) out: Vec<(usize, usize, i64, RankSet)>,
 }
 
 fn extent(counts: &[usize], displs: &[usize]) -> usize {
@@ -367,7 +374,8 @@ fn extent(counts: &[usize], displs: &[usize]) -> usize {
         .unwrap_or(0)
 }
 
-fn expect(coll: &Coll, me: u32, n: u32, coll_of: &dyn Fn(u32) -> Coll) -> Expect {
+/// What rank `me` of `n` starts with and must end with for `coll`.
+pub(super) fn expect(coll: &Coll, me: u32, n: u32, coll_of: &dyn Fn(u32) -> Coll) -> Expect {
     let all = RankSet::all(n);
     let nn = n as usize;
     let m = me as usize;

@@ -364,7 +364,7 @@ fn sim_detects_deadlock() {
 
 // ---- Symbolic checks: every op × algorithm × rank count 1…64, plus 1024 and 4096. ----
 
-use super::symbolic;
+use super::{fingerprint, symbolic};
 
 /// Host layouts to try for n ranks: flat, and (when n allows) uniform and uneven hosts.
 fn layouts(n: u32) -> Vec<Topo> {
@@ -429,12 +429,15 @@ fn symbolic_exhaustive_1_to_64() {
         for topo in layouts(n) {
             for coll in colls(n) {
                 for algo in Algo::ALL.into_iter().filter(|a| a.supports(&coll)) {
-                    let r =
-                        symbolic::check(&topo, &|_| coll.clone(), algo, true).unwrap_or_else(|e| {
-                            panic!("{algo:?} {coll:?} n={n} hosts={:?}: {e}", topo.hosts())
-                        });
+                    let what = || format!("{algo:?} {coll:?} n={n} hosts={:?}", topo.hosts());
+                    let r = symbolic::check(&topo, &|_| coll.clone(), algo, true)
+                        .unwrap_or_else(|e| panic!("{}: {e}", what()));
                     // Deterministic mode: no reduction may follow arrival order.
-                    assert!(r.order_fixed, "{algo:?} {coll:?} n={n}");
+                    assert!(r.order_fixed, "{}", what());
+                    // The fast proof agrees, down to the report.
+                    let f = fingerprint::check(&topo, &|_| coll.clone(), algo, true)
+                        .unwrap_or_else(|e| panic!("{}: fingerprint: {e}", what()));
+                    assert_eq!(f, r, "{}", what());
                 }
             }
         }
@@ -464,8 +467,11 @@ fn symbolic_alltoallv_1_to_64() {
             }
         };
         for algo in [Algo::Direct, Algo::Pairwise] {
-            symbolic::check(&Topo::flat(n), &coll_of, algo, true)
+            let r = symbolic::check(&Topo::flat(n), &coll_of, algo, true)
                 .unwrap_or_else(|e| panic!("{algo:?} n={n}: {e}"));
+            let f = fingerprint::check(&Topo::flat(n), &coll_of, algo, true)
+                .unwrap_or_else(|e| panic!("{algo:?} n={n}: fingerprint: {e}"));
+            assert_eq!(f, r, "{algo:?} n={n}");
         }
     }
 }

@@ -63,6 +63,29 @@ fn shape(n: u32) -> Shape {
     sh
 }
 
+/// The most tree edges (of both trees) that leave one host, when hosts hold `per_host`
+/// consecutive ranks: how many of a host's ranks talk across the network in one round.
+pub fn crossing_edges(n: u32, per_host: u32) -> u32 {
+    if n < 2 || per_host == 0 {
+        return 0;
+    }
+    let sh = shape(n);
+    let hosts = n.div_ceil(per_host) as usize;
+    let mut count = vec![0u32; hosts];
+    for (pos, parent) in sh.parent.iter().enumerate() {
+        let Some(p) = *parent else { continue };
+        // Tree A maps position to rank; tree B mirrors it.
+        for (a, b) in [(pos as u32, p), (n - 1 - pos as u32, n - 1 - p)] {
+            let (ha, hb) = ((a / per_host) as usize, (b / per_host) as usize);
+            if ha != hb {
+                count[ha] += 1;
+                count[hb] += 1;
+            }
+        }
+    }
+    count.into_iter().max().unwrap_or(0)
+}
+
 /// One tree's share of the work: elements `[first, first+count)` of the output buffer, scratch
 /// slots from byte `scratch_base`, rank ↔ position maps.
 struct Part<'a> {
@@ -189,6 +212,16 @@ pub fn allreduce(ctx: &Ctx, count: usize) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crossing_edges_count_both_trees() {
+        // One host: nothing crosses. One rank per host: a node has up to 3 edges per tree.
+        assert_eq!(crossing_edges(8, 8), 0);
+        assert!((2..=6).contains(&crossing_edges(8, 1)));
+        assert_eq!(crossing_edges(1, 1), 0);
+        // Bigger hosts: few edges leave a block of consecutive positions.
+        assert!(crossing_edges(64, 8) <= 8);
+    }
 
     #[test]
     fn shape_is_a_balanced_tree() {

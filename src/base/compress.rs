@@ -112,6 +112,51 @@ pub struct Spec {
     pub level0: bool,
 }
 
+/// Bit of [`Spec::to_wire`]'s first word that marks level0 compression.
+const WIRE_LEVEL0: u32 = 1 << 8;
+
+impl Spec {
+    /// The spec as two words of an operation tag: method number (1 fp16, 2 bf16, 3 int8,
+    /// 4 topk) with the level0 bit, and the method's parameter (int8 block size, bits of the
+    /// topk ratio). Ranks whose words differ refuse each other's messages.
+    pub fn to_wire(&self) -> (u32, u32) {
+        let (id, param) = match self.method {
+            Method::Fp16 => (1, 0),
+            Method::Bf16 => (2, 0),
+            Method::Int8 { block } => (3, block),
+            Method::TopK { ratio } => (4, ratio.to_bits()),
+        };
+        (id | if self.level0 { WIRE_LEVEL0 } else { 0 }, param)
+    }
+
+    /// The spec [`to_wire`](Self::to_wire) wrote; `None` for words it never writes.
+    pub fn from_wire(id: u32, param: u32) -> Option<Spec> {
+        let method = match (id & !WIRE_LEVEL0, param) {
+            (1, 0) => Method::Fp16,
+            (2, 0) => Method::Bf16,
+            (3, block) => Method::Int8 { block },
+            (4, bits) => Method::TopK {
+                ratio: f32::from_bits(bits),
+            },
+            _ => return None,
+        };
+        Some(Spec {
+            method,
+            level0: id & WIRE_LEVEL0 != 0,
+        })
+    }
+}
+
+impl fmt::Display for Spec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.method)?;
+        if self.level0 {
+            f.write_str(" compressLevel0")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +191,30 @@ mod tests {
         assert!(e.msg.contains("topkRatio"), "{}", e.msg);
         let e = Method::Int8 { block: 0 }.check().unwrap_err();
         assert!(e.msg.contains("blockSize"), "{}", e.msg);
+    }
+
+    #[test]
+    fn wire_words_round_trip_and_tell_specs_apart() {
+        let methods = [
+            Method::Fp16,
+            Method::Bf16,
+            Method::Int8 { block: 256 },
+            Method::Int8 { block: 64 },
+            Method::TopK { ratio: 0.01 },
+            Method::TopK { ratio: 0.02 },
+        ];
+        let mut seen = Vec::new();
+        for method in methods {
+            for level0 in [false, true] {
+                let s = Spec { method, level0 };
+                let (a, b) = s.to_wire();
+                assert_eq!(Spec::from_wire(a, b), Some(s));
+                assert!(!seen.contains(&(a, b)), "{s}");
+                seen.push((a, b));
+            }
+        }
+        assert_eq!(Spec::from_wire(0, 0), None);
+        assert_eq!(Spec::from_wire(1, 7), None);
+        assert_eq!(Spec::from_wire(9, 0), None);
     }
 }

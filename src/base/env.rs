@@ -210,6 +210,9 @@ pub struct EnvConfig {
     /// `HCCL_PEER_NICS` (our extension): comma list of interface names to use for peer data
     /// traffic; empty = unset.
     pub peer_nics: Vec<String>,
+    /// `HCCL_TRACE_FILE` (our extension): path template of the Chrome trace-event file each
+    /// rank writes its operations to (`%r`: the rank, `%p`: the process id); unset: no tracing.
+    pub trace_file: Option<String>,
     /// `HCCL_HOST_ID` (our extension): overrides this host's identity, so several "hosts" can be
     /// simulated on one machine for topology tests.
     pub host_id: Option<String>,
@@ -229,6 +232,11 @@ pub struct EnvConfig {
     /// `HCCL_COST_CALIBRATE` (our extension, 0/1): measure the link costs with a short probe
     /// when a communicator is created. Default `false`.
     pub cost_calibrate: bool,
+    /// `HCCL_TOPOLOGY_FILE` (our extension): path of a file describing the network (NICs per
+    /// host, switch layout, oversubscription) for the selector's shared-link model; its
+    /// contents are parsed by the algorithm layer (`algo::fabric`). Only the variable is
+    /// checked here.
+    pub topology_file: Option<PathBuf>,
     /// Non-fatal findings (aliases used, values below vendor minimums, knobs without effect).
     /// Logged at WARN by [`crate::base::logging::init_from_env`].
     pub warnings: Vec<String>,
@@ -696,6 +704,7 @@ impl EnvConfig {
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
+        let topology_file = r.raw("HCCL_TOPOLOGY_FILE").map(PathBuf::from);
         Ok(EnvConfig {
             buffsize_mb,
             connect_timeout,
@@ -720,10 +729,12 @@ impl EnvConfig {
             rdma,
             peer_nics,
             host_id,
+            trace_file: r.raw("HCCL_TRACE_FILE"),
             rank_host_map,
             shm_single_copy,
             cost_model,
             cost_calibrate,
+            topology_file,
             warnings: r.warnings,
         })
     }
@@ -814,6 +825,9 @@ mod tests {
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
         assert_eq!(c.host_id, None);
+        assert_eq!(c.trace_file, None);
+        let c = ok(&[("HCCL_TRACE_FILE", " /tmp/t.%r.json ")]);
+        assert_eq!(c.trace_file.as_deref(), Some("/tmp/t.%r.json"));
         assert_eq!(c.shm_single_copy, None);
         assert_eq!(
             ok(&[("HCCL_SHM_SINGLE_COPY", "0")]).shm_single_copy,
@@ -865,6 +879,7 @@ mod tests {
             "HCCL_SHM_SINGLE_COPY",
             "HCCL_COST_MODEL",
             "HCCL_COST_CALIBRATE",
+            "HCCL_TOPOLOGY_FILE",
         ];
         for blank in ["", "   ", "\t\n"] {
             let vars: Vec<(&str, &str)> = all.iter().map(|k| (*k, blank)).collect();

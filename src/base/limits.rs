@@ -27,7 +27,7 @@ pub const MAX_BATCH_ITEMS: u32 = 2 * MAX_RANKS;
 pub const MAX_COMM_NAME_BYTES: usize = 127;
 
 /// Longest file path in bytes, without the terminating NUL (Linux `PATH_MAX` − 1): the rank
-/// table path of `HcclCommInitClusterInfo` and `HCCL_WHITELIST_FILE`.
+/// table path of `HcclCommInitClusterInfo`, `HCCL_WHITELIST_FILE` and `HCCL_TRACE_FILE`.
 pub const MAX_PATH_BYTES: usize = 4095;
 
 /// Longest algorithm string in bytes (`HCCL_COMM_ALGO_MAX_LENGTH` − 1): `HCCL_ALGO` and
@@ -48,11 +48,18 @@ pub const MAX_RANK_TABLE_BYTES: u64 = 32 << 20;
 /// rest is room for extra fields of vendor tables, which are ignored).
 pub const MAX_RANK_TABLE_DEPTH: usize = 32;
 
+/// Most ranks a single message lists by number (longer lists end with "... N more"), so that
+/// log lines stay short whatever the rank count.
+pub const MAX_REPORTED_RANKS: usize = 16;
+
+/// Longest text (an error reason) sent to or accepted from another rank over the wire.
+pub const MAX_WIRE_MESSAGE: usize = 4096;
+
 /// The bound on the value of environment variable `var`, in bytes.
 pub fn env_value_bytes(var: &str) -> usize {
     match var {
         "HCCL_ALGO" => MAX_ALGO_BYTES,
-        "HCCL_WHITELIST_FILE" => MAX_PATH_BYTES,
+        "HCCL_WHITELIST_FILE" | "HCCL_TRACE_FILE" => MAX_PATH_BYTES,
         "HCCL_RANK_HOST_MAP" => MAX_RANK_HOST_MAP_BYTES,
         _ => MAX_ENV_VALUE_BYTES,
     }

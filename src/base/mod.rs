@@ -5,7 +5,6 @@ pub mod compress;
 pub mod dtype;
 pub mod env;
 pub mod error;
-pub mod json;
 pub mod limits;
 pub mod logging;
 pub mod strict_json;

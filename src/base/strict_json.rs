@@ -1,4 +1,4 @@
-//! Reading untrusted JSON documents (rank tables) with serde_json, more strictly than
+//! Reading untrusted JSON documents (rank tables, the whitelist) with serde_json, more strictly than
 //! `serde_json::from_str` does: a key repeated in one object is an error (serde_json would keep
 //! the last one silently), and arrays and objects may nest at most `max_depth` deep, so a
 //! hostile document gets a clear error instead of exhausting the stack.

@@ -14,6 +14,7 @@ use crate::algo::{self, Action, Algo, Buf, Coll, Ctx, Schedule, Span};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::Result;
 use crate::exec::executor::{self, Buffers};
+use crate::exec::identity::OpTags;
 use crate::transport::Endpoint;
 
 /// Probe sizes in bytes and repetitions of each.
@@ -37,6 +38,11 @@ fn exchange(me: u32, n: u32, bytes: usize) -> Schedule {
     s
 }
 
+/// The tags of the probes: not an operation of the communicator.
+fn probe_tags() -> OpTags<'static> {
+    OpTags::internal(crate::transport::tag::OpKind::Calibrate)
+}
+
 /// Seconds per exchange of `bytes`, after one untimed exchange.
 fn time_exchange(
     ep: &mut Endpoint,
@@ -48,11 +54,11 @@ fn time_exchange(
 ) -> Result<f64> {
     let s = exchange(ctx.me, ctx.n, bytes);
     // SAFETY: both buffers hold LARGE bytes and outlive the calls.
-    unsafe { executor::run(ep, &s, bufs, None, Some(deadline))? };
+    unsafe { executor::run(ep, &s, bufs, None, Some(deadline), &mut probe_tags(), &[])? };
     let t0 = Instant::now();
     for _ in 0..reps {
         // SAFETY: as above.
-        unsafe { executor::run(ep, &s, bufs, None, Some(deadline))? };
+        unsafe { executor::run(ep, &s, bufs, None, Some(deadline), &mut probe_tags(), &[])? };
     }
     Ok(t0.elapsed().as_secs_f64() / reps as f64)
 }
@@ -101,7 +107,17 @@ pub fn calibrate(
     };
     let red = executor::reduce_fn(DataType::Fp64, ReduceOp::Max);
     // SAFETY: 32-byte input and output and the schedule's scratch, alive for the call.
-    unsafe { executor::run(ep, &agree, &bufs, Some(red), Some(deadline))? };
+    unsafe {
+        executor::run(
+            ep,
+            &agree,
+            &bufs,
+            Some(red),
+            Some(deadline),
+            &mut probe_tags(),
+            &[],
+        )?
+    };
     let mut m = base;
     for (l, link) in [&mut m.level0, &mut m.level1].into_iter().enumerate() {
         let (a, ib) = (all[2 * l], all[2 * l + 1]);

@@ -22,11 +22,15 @@ use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
+use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
+use crate::exec::trace::{OpTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
+use crate::transport::tag::{OpTag, Tag};
 use crate::transport::{Endpoint, LinkKind, PeerLink};
 
 /// One collective call with its buffers, after argument validation.
@@ -51,19 +55,30 @@ pub struct OpArgs {
     pub compress: Option<Box<Compressed>>,
 }
 
-/// One schedule of a plan and where its buffers start, in bytes from the operation's buffers.
+/// One schedule of a plan, where its buffers start (in bytes from the operation's buffers),
+/// and the notices it posts (see [`identity`]).
+#[derive(Clone)]
 struct Part {
     sched: Arc<algo::Schedule>,
     send_off: usize,
     recv_off: usize,
-    /// What the schedule moves, for the counters.
-    traffic: Traffic,
+    notices: Arc<[Notice]>,
 }
 
 /// The schedules chosen for one (operation, element size), reused by later calls of the same
 /// shape so the hot path neither selects nor builds: one schedule, or several run in turn over
-/// segments of the data when one would need more scratch than the staging budget.
-type Plan = Arc<[Part]>;
+/// segments of the data when one would need more scratch than the staging budget; and what the
+/// operation receives from each peer.
+struct PlanData {
+    parts: Vec<Part>,
+    inbound: Vec<Inbound>,
+    /// What the tags of every call of this shape share (see [`identity::template`]).
+    template: OpTag,
+    /// What the parts move, for the counters.
+    traffic: Traffic,
+}
+
+type Plan = Arc<PlanData>;
 
 /// Plans kept per communicator; beyond this the cache starts over (shapes rarely vary much).
 const MAX_PLANS: usize = 256;
@@ -75,8 +90,25 @@ struct Inner {
     scratch: Vec<u64>,
     logged: Vec<(&'static str, &'static str, u32)>,
     plans: HashMap<(Coll, usize), Plan>,
+    /// Collectives run so far: the sequence number the next one carries on the wire.
+    seq: u32,
+    /// Point-to-point messages exchanged so far, per peer and direction.
+    p2p: P2pCounters,
+    /// The previous call's shape, plan and tag.
+    last: Option<Last>,
     /// Buffers of compressed AllReduce, kept between calls.
     compress_work: compressed::Workspace,
+}
+
+/// The previous call of a communicator: a call of the same shape reuses its plan (and its tag,
+/// with a new sequence number, when type and operator match too).
+struct Last {
+    coll: Coll,
+    elem: usize,
+    plan: Plan,
+    dtype: DataType,
+    op: Option<ReduceOp>,
+    tag: Tag,
 }
 
 #[derive(Default)]
@@ -101,6 +133,8 @@ pub struct Communicator {
     inner: Mutex<Inner>,
     state: Mutex<State>,
     async_err: Mutex<Option<Error>>,
+    /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
+    trace: Option<Tracer>,
     stats: Mutex<CommStats>,
 }
 
@@ -152,14 +186,33 @@ fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
 }
 
 impl Communicator {
-    /// Joins the communicator described by `info` as `rank` of `n`.
+    /// Joins the communicator described by `info` as `rank` of `n`. A rank count out of
+    /// bounds is refused before anything is allocated, and reported to the root so that the
+    /// other ranks fail at once rather than at the connect timeout.
     pub fn init_root_info(
         n: u32,
         info: &RootInfo,
         rank: u32,
         cfg: CommConfig,
     ) -> Result<Communicator> {
-        check_rank(rank, n)?;
+        if let Err(e) = check_rank(rank, n) {
+            if n == 0 || n > MAX_RANKS {
+                // Bounded: the other ranks' hellos are what the root is waiting for.
+                let dl = Instant::now() + cfg.connect_timeout.min(REPORT_TIMEOUT);
+                let root = RootAddr::Tcp(info.addr);
+                if bootstrap::report_bad_count(&root, info.token, n, rank, dl).is_some() {
+                    return Err(Error::new(
+                        e.kind,
+                        format!(
+                            "{} (reported to the root, which failed the rendezvous for every \
+                             rank)",
+                            e.msg
+                        ),
+                    ));
+                }
+            }
+            return Err(e);
+        }
         let me = my_record(rank, &cfg)?;
         let dl = deadline(&cfg);
         let table = bootstrap::exchange(&RootAddr::Tcp(info.addr), info.token, n, &me, dl)?;
@@ -189,7 +242,7 @@ impl Communicator {
                 RootAddr::Tcp(a) => RootListener::Tcp(std::net::TcpListener::bind(a).map_err(|e| {
                     Error::new(ErrorKind::Network, format!("rank 0 cannot listen on {a} from the rank table: {e}"))
                 })?),
-                RootAddr::Unix(name) => RootListener::bind_unix(name).map_err(|e| {
+                RootAddr::Unix(name) => bootstrap::bind_unix(name).map_err(|e| {
                     e.context("rank 0 cannot create the rendezvous socket (is another job using this rank table?)")
                 })?,
             };
@@ -373,7 +426,7 @@ impl Communicator {
     pub fn schedules_run(&self, coll: &Coll, elem: usize) -> Option<Vec<&'static str>> {
         let inner = self.inner.lock();
         let plan = inner.plans.get(&(coll.clone(), elem))?;
-        Some(plan.iter().map(|p| p.sched.algo).collect())
+        Some(plan.parts.iter().map(|p| p.sched.algo).collect())
     }
 
     /// The link costs the selector uses.
@@ -424,7 +477,13 @@ impl Communicator {
         let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
         let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
             (0..n).map(|_| None).collect();
-        // The lower rank of each pair connects; the higher accepts through the process listener.
+        // The lower rank of each pair connects; the higher accepts through the process listener,
+        // which parks connections for this communicator only while it connects.
+        let _expecting = if network_peers.iter().any(|&p| p < rank) {
+            Some(Acceptor::global(&cfg.env)?.expect(key, rank, n))
+        } else {
+            None
+        };
         let res: Result<()> = (|| {
             for &p in network_peers.iter().filter(|&&p| p > rank) {
                 streams[p as usize] = Some(acceptor::connect_link(
@@ -523,7 +582,14 @@ impl Communicator {
             }),
             &cfg,
         )?;
+        // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
+        let trace = cfg.env.trace_file.as_deref().and_then(|t| {
+            Tracer::open(t, rank, &name)
+                .map_err(|e| log::error!("comm {name} rank {rank}: {}; not tracing", e.msg))
+                .ok()
+        });
         Ok(Communicator {
+            trace,
             key,
             name,
             rank,
@@ -540,6 +606,9 @@ impl Communicator {
                 scratch: Vec::new(),
                 logged: Vec::new(),
                 plans: HashMap::new(),
+                seq: 0,
+                p2p: P2pCounters::new(n),
+                last: None,
                 compress_work: compressed::Workspace::default(),
             }),
             state: Mutex::new(State::default()),
@@ -626,6 +695,13 @@ impl Communicator {
     }
 
     /// Runs one collective to completion, counting it in the communicator's statistics.
+    ///
+    /// Its messages carry its identity (kind, counts, type, operator, root, compression and its
+    /// place in this communicator's sequence), so a peer that called something else makes it
+    /// fail on every rank instead of exchanging wrong data (see [`identity`]). Such a failure,
+    /// like any that leaves messages half exchanged, breaks the communicator: every later call
+    /// fails with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
+    /// destroyed.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
@@ -674,6 +750,29 @@ impl Communicator {
         })
     }
 
+    /// Fails when an earlier failure broke the links; otherwise numbers the operation that is
+    /// about to reach the wire (point-to-point calls are numbered per pair instead).
+    ///
+    /// Only operations that reach the wire take a number, so a call refused before this point
+    /// leaves every rank's sequence alike.
+    fn next_seq(&self, inner: &mut Inner, args: &OpArgs) -> Result<u32> {
+        if let Some(e) = inner.ep.broken() {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!(
+                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
+                    self.name, self.rank, args.name, e.msg
+                ),
+            ));
+        }
+        if matches!(args.coll, Coll::P2p { .. }) {
+            return Ok(0);
+        }
+        inner.seq = inner.seq.wrapping_add(1);
+        Ok(inner.seq)
+    }
+
+    /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
     fn run_compressed(&self, inner: &mut Inner, args: &OpArgs, c: &Compressed) -> Result<Traffic> {
         let Coll::AllReduce { count } = args.coll else {
             return Err(Error::new(
@@ -681,50 +780,94 @@ impl Communicator {
                 format!("{}: compression is for AllReduce only", args.name),
             ));
         };
+        let context = |e: Error| {
+            e.context(format!(
+                "comm {} rank {} {} (compressed {})",
+                self.name, self.rank, args.name, c.spec
+            ))
+        };
+        let plan = compressed::prepare(&self.topo, self.rank, count, args.dtype, &c.spec)
+            .map_err(context)?;
+        let seq = self.next_seq(inner, args)?;
+        let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
+        let inbound = plan.inbound(self.rank);
+        let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
-        let inner = &mut *inner;
+        let start = Instant::now();
+        let mut steps = self.trace.as_ref().map(|_| Vec::new());
         // SAFETY: the ffi layer validated the buffers and the residual against `count`.
         let r = unsafe {
             compressed::run(
                 &mut inner.ep,
                 &mut inner.compress_work,
+                &plan,
                 &self.topo,
-                count,
                 args.dtype,
                 args.send,
                 args.recv,
                 c,
                 dl,
+                &mut tags,
+                steps.as_mut(),
             )
-        };
-        r.map_err(|e| {
-            let e = e.context(format!(
-                "comm {} rank {} {} (compressed {})",
-                self.name, self.rank, args.name, c.spec.method
-            ));
+        }
+        .map_err(|e| {
+            let e = context(e);
             if inner.ep.broken().is_some() {
                 self.record_async_error(&e);
             }
             e
-        })
+        });
+        if let (Some(t), Some(steps)) = (&self.trace, &steps) {
+            t.record(&OpTrace {
+                op: args.name,
+                dtype: args.dtype.name(),
+                count: count as u64,
+                reduce: Some(ReduceOp::Sum.name()),
+                algorithms: &plan.algorithms(),
+                start,
+                end: Instant::now(),
+                error: r.as_ref().err().map(|e| e.msg.as_str()),
+                steps,
+            });
+        }
+        r
     }
 
     /// Runs `args` through its (cached) plan of schedules.
     fn run_plan(&self, inner: &mut Inner, args: &OpArgs) -> Result<Traffic> {
-        let ctx = self.ctx(args.dtype.size());
-        let key = (args.coll.clone(), args.dtype.size());
-        let plan = match inner.plans.get(&key) {
-            Some(p) => p.clone(),
+        let elem = args.dtype.size();
+        // A call of the same shape as the previous one takes its plan without hashing, and its
+        // tag too when type and operator are the same.
+        let last = inner
+            .last
+            .as_ref()
+            .filter(|l| l.elem == elem && l.coll == args.coll)
+            .map(|l| {
+                let same = l.dtype == args.dtype && l.op == args.op;
+                (l.plan.clone(), same.then_some(l.tag))
+            });
+        let (plan, last_tag) = match last {
+            Some(hit) => hit,
             None => {
-                let plan = self.make_plan(inner, args, &ctx);
-                if inner.plans.len() >= MAX_PLANS {
-                    inner.plans.clear();
-                }
-                inner.plans.insert(key, plan.clone());
-                plan
+                let key = (args.coll.clone(), elem);
+                let plan = match inner.plans.get(&key) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let plan = self.make_plan(inner, args, &self.ctx(elem))?;
+                        if inner.plans.len() >= MAX_PLANS {
+                            inner.plans.clear();
+                        }
+                        inner.plans.insert(key, plan.clone());
+                        plan
+                    }
+                };
+                (plan, None)
             }
         };
+        let seq = self.next_seq(inner, args)?;
         let words = plan
+            .parts
             .iter()
             .map(|p| p.sched.scratch)
             .max()
@@ -736,8 +879,35 @@ impl Communicator {
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
-        let mut traffic = Traffic::default();
-        for part in plan.iter() {
+        let call = match last_tag {
+            Some(t) => t.with_seq(seq),
+            None => {
+                let t = identity::call_tag(&plan.template, &args.coll, args.dtype, args.op, seq)
+                    .encode();
+                inner.last = Some(Last {
+                    coll: args.coll.clone(),
+                    elem,
+                    plan: plan.clone(),
+                    dtype: args.dtype,
+                    op: args.op,
+                    tag: t,
+                });
+                t
+            }
+        };
+        let mut tags = OpTags::new(
+            self.rank,
+            &args.coll,
+            call,
+            Some(&plan.inbound),
+            &mut inner.p2p,
+        );
+        if let Some(t) = &self.trace {
+            return self
+                .execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
+                .map(|()| plan.traffic);
+        }
+        for part in plan.parts.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
                 recv: args.recv + part.recv_off,
@@ -746,7 +916,17 @@ impl Communicator {
             };
             // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
             // every segment addresses a slice of the operation's buffers.
-            let r = unsafe { executor::run(&mut inner.ep, &part.sched, &bufs, red, dl) };
+            let r = unsafe {
+                executor::run(
+                    &mut inner.ep,
+                    &part.sched,
+                    &bufs,
+                    red,
+                    dl,
+                    &mut tags,
+                    &part.notices,
+                )
+            };
             r.map_err(|e| {
                 let e = e.context(format!(
                     "comm {} rank {} {} ({} algorithm)",
@@ -759,9 +939,75 @@ impl Communicator {
                 }
                 e
             })?;
-            traffic = traffic.plus(part.traffic);
         }
-        Ok(traffic)
+        Ok(plan.traffic)
+    }
+
+    /// [`execute`](Self::execute)'s run of `plan` with every step timed, and the operation
+    /// written to the trace whether it succeeded or not.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_traced(
+        &self,
+        ep: &mut Endpoint,
+        args: &OpArgs,
+        plan: &Plan,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        scratch: usize,
+        tags: &mut OpTags,
+        t: &Tracer,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut steps = Vec::new();
+        let mut res = Ok(());
+        for part in plan.parts.iter() {
+            let bufs = Buffers {
+                send: args.send + part.send_off,
+                recv: args.recv + part.recv_off,
+                scratch,
+                ext: args.ext.clone(),
+            };
+            // SAFETY: as in `execute`.
+            res = unsafe {
+                executor::run_traced(
+                    ep,
+                    &part.sched,
+                    &bufs,
+                    red,
+                    dl,
+                    tags,
+                    &part.notices,
+                    Some(&mut steps),
+                )
+            }
+            .map_err(|e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} algorithm)",
+                    self.name, self.rank, args.name, part.sched.algo
+                ));
+                if ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            });
+            if res.is_err() {
+                break;
+            }
+        }
+        let algorithms: Vec<&'static str> = plan.parts.iter().map(|p| p.sched.algo).collect();
+        let error = res.as_ref().err().map(|e| e.msg.as_str());
+        t.record(&OpTrace {
+            op: args.name,
+            dtype: args.dtype.name(),
+            count: element_count(&args.coll, args.dtype.size()),
+            reduce: args.op.map(|o| o.name()),
+            algorithms: &algorithms,
+            start,
+            end: Instant::now(),
+            error,
+            steps: &steps,
+        });
+        res
     }
 
     /// Scratch bytes this communicator holds now.
@@ -771,20 +1017,59 @@ impl Communicator {
 
     /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
-    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Plan {
+    fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Result<Plan> {
+        let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
+            // Nothing to move, but the ranks must still agree that nothing is what they called:
+            // the empty operation runs as a barrier of tagged messages.
+            vec![Part {
+                sched: Arc::new(algo::build(&Coll::Barrier, ctx, Algo::Direct)),
+                send_off: 0,
+                recv_off: 0,
+                notices: Arc::from([]),
+            }]
+        } else {
+            self.schedules(inner, args, ctx).to_vec()
+        };
+        let with_notices = identity::needs_notices(identity::kind_of(&args.coll));
+        let mut done: Vec<(Arc<algo::Schedule>, Arc<[Notice]>)> = Vec::new();
+        for part in &mut parts {
+            if let Some((_, n)) = done.iter().find(|(s, _)| Arc::ptr_eq(s, &part.sched)) {
+                part.notices = n.clone();
+                continue;
+            }
+            executor::check_self_pairs(self.rank, &part.sched)?;
+            if with_notices {
+                part.notices = Arc::from(identity::notices(&part.sched, self.rank));
+            }
+            done.push((part.sched.clone(), part.notices.clone()));
+        }
+        let inbound = identity::inbound(self.rank, done.iter().map(|(s, n)| (&**s, &n[..])));
+        let traffic = parts
+            .iter()
+            .map(|p| Traffic::of(&p.sched, self.rank, &self.topo))
+            .fold(Traffic::default(), Traffic::plus);
+        Ok(Arc::new(PlanData {
+            parts,
+            inbound,
+            template: identity::template(&args.coll),
+            traffic,
+        }))
+    }
+
+    /// The schedules of `args` (see [`Communicator::make_plan`]).
+    fn schedules(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Arc<[Part]> {
         let forced = self.cfg.algo_spec.forced(&args.coll);
         let model = inner.model;
         let algo = forced.unwrap_or_else(|| algo::select::choose_with(&args.coll, ctx, &model));
         self.log_choice(inner, args, algo, forced.is_some());
         let whole = algo::build(&args.coll, ctx, algo);
         let limit = self.cfg.buffer_bytes.max(1);
-        let one = |sched: Arc<algo::Schedule>| {
-            let traffic = Traffic::of(&sched, self.rank, &self.topo);
+        let one = |sched| {
             Arc::from(vec![Part {
                 sched,
                 send_off: 0,
                 recv_off: 0,
-                traffic,
+                notices: Arc::from([]),
             }])
         };
         if whole.scratch <= limit {
@@ -805,10 +1090,10 @@ impl Communicator {
                     }
                 };
                 let part = Part {
-                    traffic: Traffic::of(&sched, self.rank, &self.topo),
                     sched,
                     send_off: seg.send_off,
                     recv_off: seg.recv_off,
+                    notices: Arc::from([]),
                 };
                 built.push((seg.coll, part));
             }
@@ -896,19 +1181,55 @@ impl Drop for Communicator {
     }
 }
 
-/// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied.
+/// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied, and the network of its
+/// `HCCL_TOPOLOGY_FILE` when one is given.
 fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
-    match &cfg.env.cost_model {
-        None => Ok(model),
+    let mut model = match &cfg.env.cost_model {
+        None => model,
         Some(t) => model
             .with_overrides(t)
-            .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}"))),
+            .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}")))?,
+    };
+    if let Some(f) = cfg.fabric {
+        model.fabric = Some(f);
+    }
+    Ok(model)
+}
+
+/// Whether a collective moves no data at all (every count zero). Point-to-point transfers and
+/// barriers are never empty: their messages are what they are about.
+fn nothing_to_move(coll: &Coll) -> bool {
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count == 0,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => {
+            counts.iter().all(|&c| c == 0)
+        }
+        Coll::AlltoAllV {
+            send_counts,
+            recv_counts,
+            ..
+        } => send_counts.iter().chain(recv_counts).all(|&c| c == 0),
+        Coll::P2p { .. } | Coll::Barrier => false,
     }
 }
+
+/// How long a rank with an out-of-bounds rank count waits to tell the root.
+const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn check_rank(rank: u32, n: u32) -> Result<()> {
     if n == 0 {
         return Err(Error::new(ErrorKind::Para, "rank count must be at least 1"));
+    }
+    if n > MAX_RANKS {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!("rank count nRanks={n} exceeds the maximum of {MAX_RANKS} ranks"),
+        ));
     }
     if rank >= n {
         return Err(Error::new(
@@ -917,4 +1238,24 @@ fn check_rank(rank: u32, n: u32) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Elements an operation moves, for traces: the count of the plain forms, the sum over blocks of
+/// the V forms (sends of AlltoAllV), and of the items' bytes over `elem` for point-to-point.
+fn element_count(coll: &Coll, elem: usize) -> u64 {
+    let sum = |v: &[usize]| v.iter().map(|&c| c as u64).sum::<u64>();
+    match coll {
+        Coll::AllReduce { count }
+        | Coll::Broadcast { count, .. }
+        | Coll::Reduce { count, .. }
+        | Coll::AllGather { count }
+        | Coll::ReduceScatter { count }
+        | Coll::Scatter { count, .. } => *count as u64,
+        Coll::AllGatherV { counts, .. } | Coll::ReduceScatterV { counts, .. } => sum(counts),
+        Coll::AlltoAllV { send_counts, .. } => sum(send_counts),
+        Coll::P2p { items } => {
+            items.iter().map(|i| i.bytes as u64).sum::<u64>() / elem.max(1) as u64
+        }
+        Coll::Barrier => 0,
+    }
 }

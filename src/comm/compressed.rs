@@ -3,14 +3,17 @@
 
 use std::time::Instant;
 
-use crate::algo::compressed::{self, Owned};
-use crate::algo::Topo;
+use crate::algo::compressed::{self, Owned, Plan};
+use crate::algo::{Schedule, Topo};
 use crate::base::compress::Spec;
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::exec::compress::{self as kernels, blob_len, Scratch};
 use crate::exec::executor::{self, Buffers};
-use crate::exec::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::exec::identity::{self, Inbound, OpTags};
+use crate::exec::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::exec::trace::StepTrace;
+use crate::transport::tag::{OpKind, OpTag};
 use crate::transport::Endpoint;
 
 use super::stats::Traffic;
@@ -49,29 +52,28 @@ pub fn groups(topo: &Topo, spec: &Spec) -> Topo {
     }
 }
 
-/// Runs one compressed AllReduce of `count` elements of `dtype` from `send` to `recv`; returns
-/// the traffic it moved.
-///
-/// # Safety
-/// `send` and `recv` must hold `count` elements of `dtype`, and `c.residual` `count` f32 values
-/// that nothing else touches during the call.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn run(
-    ep: &mut Endpoint,
-    ws: &mut Workspace,
-    topo: &Topo,
-    count: usize,
-    dtype: DataType,
-    send: usize,
-    recv: usize,
-    c: &Compressed,
-    deadline: Option<Instant>,
-) -> Result<Traffic> {
-    let me = ep.rank();
-    let m = c.spec.method;
-    let es = dtype.size();
-    let g = groups(topo, &c.spec);
-    let plan = compressed::plan(&g, me, count, es, &|n| blob_len(m, n));
+/// The tag of a compressed AllReduce of `count` elements of `dtype` with `spec`, the `seq`-th
+/// operation of its communicator: ranks that disagree on any of these (or call a plain
+/// AllReduce) refuse each other's messages.
+pub fn call_tag(count: usize, dtype: DataType, spec: &Spec, seq: u32) -> OpTag {
+    let (root, aux) = spec.to_wire();
+    OpTag {
+        seq,
+        dtype: Some(dtype),
+        op: Some(ReduceOp::Sum),
+        root,
+        aux,
+        count: count as u64,
+        ..OpTag::new(OpKind::CompressedAllReduce)
+    }
+}
+
+/// Rank `me`'s plan of a compressed AllReduce of `count` elements of `dtype`; fails with
+/// `NotSupport` for shards beyond what the kernels encode.
+pub fn prepare(topo: &Topo, me: u32, count: usize, dtype: DataType, spec: &Spec) -> Result<Plan> {
+    let m = spec.method;
+    let g = groups(topo, spec);
+    let plan = compressed::plan(&g, me, count, dtype.size(), &|n| blob_len(m, n));
     if plan.owned.iter().any(|o| o.len > kernels::MAX_ELEMS) {
         return Err(Error::new(
             ErrorKind::NotSupport,
@@ -82,6 +84,52 @@ pub unsafe fn run(
             ),
         ));
     }
+    Ok(plan)
+}
+
+impl Plan {
+    /// The schedules, in the order they run.
+    fn schedules(&self) -> [&Schedule; 3] {
+        [&self.reduce, &self.exchange, &self.gather]
+    }
+
+    /// What rank `me` receives from each peer (see [`identity::inbound`]).
+    pub fn inbound(&self, me: u32) -> Vec<Inbound> {
+        identity::inbound(me, self.schedules().map(|s| (s, &[][..])))
+    }
+
+    /// The names of the schedules, for traces.
+    pub fn algorithms(&self) -> Vec<&'static str> {
+        self.schedules().iter().map(|s| s.algo).collect()
+    }
+}
+
+/// Runs one compressed AllReduce planned by [`prepare`] from `send` to `recv`, its messages
+/// tagged with `tags` (see [`call_tag`]), appending a step trace to `log` when given; returns
+/// the traffic it moved.
+///
+/// Every result depends on every rank (as in a plain AllReduce), so no notices are needed: a
+/// rank completes only after data of every rank reached it through ranks that checked its tag.
+///
+/// # Safety
+/// `send` and `recv` must hold the planned count of elements of `dtype`, and `c.residual` as
+/// many f32 values, that nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run(
+    ep: &mut Endpoint,
+    ws: &mut Workspace,
+    plan: &Plan,
+    topo: &Topo,
+    dtype: DataType,
+    send: usize,
+    recv: usize,
+    c: &Compressed,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+    mut log: Option<&mut Vec<StepTrace>>,
+) -> Result<Traffic> {
+    let me = ep.rank();
+    let m = c.spec.method;
     ws.blobs.resize(plan.workspace, 0);
     let red = executor::reduce_fn(dtype, ReduceOp::Sum);
     let bufs = Buffers {
@@ -92,7 +140,18 @@ pub unsafe fn run(
     };
     // SAFETY: the spans of the level0 schedules lie inside `send`/`recv` (count elements),
     // those of the exchange inside the workspace just sized to `plan.workspace`.
-    unsafe { executor::run(ep, &plan.reduce, &bufs, Some(red), deadline) }?;
+    unsafe {
+        executor::run_traced(
+            ep,
+            &plan.reduce,
+            &bufs,
+            Some(red),
+            deadline,
+            tags,
+            &[],
+            log.as_deref_mut(),
+        )
+    }?;
     for o in &plan.owned {
         // SAFETY: the shard lies inside `recv`, filled by the reduce step; nothing else touches
         // it until the gather step.
@@ -121,7 +180,18 @@ pub unsafe fn run(
         }
     }
     // SAFETY: as above.
-    unsafe { executor::run(ep, &plan.exchange, &bufs, None, deadline) }?;
+    unsafe {
+        executor::run_traced(
+            ep,
+            &plan.exchange,
+            &bufs,
+            None,
+            deadline,
+            tags,
+            &[],
+            log.as_deref_mut(),
+        )
+    }?;
     for o in &plan.owned {
         // fp32 output is the accumulator itself; other types go through `acc`.
         // SAFETY: the shard lies inside `recv`, which nothing else touches meanwhile.
@@ -155,8 +225,9 @@ pub unsafe fn run(
         }
     }
     // SAFETY: as above.
-    unsafe { executor::run(ep, &plan.gather, &bufs, None, deadline) }?;
-    Ok([&plan.reduce, &plan.exchange, &plan.gather]
+    unsafe { executor::run_traced(ep, &plan.gather, &bufs, None, deadline, tags, &[], log) }?;
+    Ok(plan
+        .schedules()
         .into_iter()
         .map(|s| Traffic::of(s, me, topo))
         .fold(Traffic::default(), Traffic::plus))
@@ -191,7 +262,8 @@ unsafe fn load(dtype: DataType, buf: usize, o: &Owned, x: &mut Vec<f32>) {
         ),
         DataType::Bf16 => x.extend(
             b.chunks_exact(2)
-                .map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))),
+                // Widening bf16 is exact: its bits are the top half of an f32's.
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16)),
         ),
         _ => x.extend(
             b.chunks_exact(4)

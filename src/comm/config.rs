@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::algo::fabric::Fabric;
 use crate::algo::spec::{self, AlgoSpec};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -58,6 +59,9 @@ pub struct CommConfig {
     pub world_rank_id: u32,
     /// Job id given by the caller (informational).
     pub job_id: u64,
+    /// The network described by `HCCL_TOPOLOGY_FILE`, if set (else the selector derives the
+    /// shared-link model from the rank layout).
+    pub fabric: Option<Fabric>,
     /// The process environment the communicator was built under.
     pub env: EnvConfig,
 }
@@ -124,6 +128,7 @@ impl CommConfig {
                 level0: crate::algo::cost::LinkKind::Memory.default_cost(),
                 level1: crate::algo::cost::LinkKind::Network.default_cost(),
                 gamma: 1.0,
+                fabric: None,
             };
             any.with_overrides(t)
                 .map_err(|e| Error::new(ErrorKind::Para, format!("HCCL_COST_MODEL: {e}")))?;
@@ -131,6 +136,10 @@ impl CommConfig {
         for w in &algo_spec.warnings {
             log::warn!("{source}: {w}");
         }
+        let fabric = match &env.topology_file {
+            None => None,
+            Some(path) => Some(read_topology(path)?),
+        };
         Ok(CommConfig {
             buffer_bytes: buffer_mb as usize * (1 << 20),
             deterministic,
@@ -142,9 +151,19 @@ impl CommConfig {
             force_network: env.intra_roce,
             world_rank_id: ov.world_rank_id,
             job_id: ov.job_id,
+            fabric,
             env: env.clone(),
         })
     }
+}
+
+/// Reads and parses the `HCCL_TOPOLOGY_FILE` at `path`; any failure is a parameter error
+/// naming the variable, the file and the line.
+fn read_topology(path: &std::path::Path) -> Result<Fabric> {
+    let what = || format!("HCCL_TOPOLOGY_FILE={}", path.display());
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::new(ErrorKind::Para, format!("{}: cannot read: {e}", what())))?;
+    Fabric::parse(&text).map_err(|e| Error::new(ErrorKind::Para, format!("{}: {e}", what())))
 }
 
 #[cfg(test)]

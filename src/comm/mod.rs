@@ -16,6 +16,7 @@ pub mod rank_table;
 pub mod registry;
 pub mod root_info;
 pub mod segment;
+pub mod slurm;
 pub mod stats;
 pub mod world;
 

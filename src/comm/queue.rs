@@ -4,7 +4,7 @@
 //! yet runs it itself, which saves the hand-over to the worker when it would only wait anyway.
 //!
 //! Order between queued operations and operations run directly (through
-//! [`dispatch`](super::dispatch)) comes from the communicator's ticket order: an operation's
+//! [`dispatch`]) comes from the communicator's ticket order: an operation's
 //! place is taken when it is issued ([`dispatch::issue`]), whichever thread runs it.
 
 use std::any::Any;
@@ -305,8 +305,10 @@ mod tests {
                         .unwrap();
                     assert!(req.wait(None).unwrap().is_ok());
                     assert_eq!(then_ran.load(Ordering::SeqCst), 1);
-                    // The callback runs exactly once, before or after wait returns.
+                    // The callback runs exactly once, before or after wait returns: on
+                    // the worker's thread it may still be running, so join the worker first.
                     req.on_done(Box::new(|_| {}));
+                    q.join();
                     (a, b, seen)
                 })
             })

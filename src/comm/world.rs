@@ -10,7 +10,10 @@
 //! | Open MPI | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK` | `OMPI_COMM_WORLD_LOCAL_SIZE` |
 //! | MPICH/Hydra | `PMI_RANK` | `PMI_SIZE` | `MPI_LOCALRANKID` | `MPI_LOCALNRANKS` |
 //! | torchrun | `RANK` | `WORLD_SIZE` | `LOCAL_RANK` | `LOCAL_WORLD_SIZE` |
+//! | Slurm (`srun`) | `SLURM_PROCID` | `SLURM_NTASKS` | `SLURM_LOCALID` | `SLURM_STEP_TASKS_PER_NODE` at `SLURM_NODEID`, else `SLURM_NTASKS_PER_NODE` |
 //!
+//! Slurm's variables count only inside a job step (`SLURM_STEP_NODELIST` set), and after every
+//! other launcher's, because `mpirun` or `torchrun` run inside a Slurm allocation see them too.
 //! With none of them, the process is a single rank.
 //!
 //! Rank 0 calls `HcclGetRootInfo` and serves the 4108-byte blob over TCP (the "info server");
@@ -18,11 +21,13 @@
 //! passed. Where the info server listens, first rule that applies:
 //!
 //! 1. `HCCL_ROOT_ADDR=host:port`: exactly there (`HCCL_ROOT_ADDR=host` alone: that host, port
-//!    as in rule 3);
+//!    as in rule 4);
 //! 2. `MASTER_ADDR` and `MASTER_PORT`: there, except that under a real torchrun (which sets
 //!    `TORCHELASTIC_RUN_ID` and whose agent already listens on `MASTER_PORT`) port
-//!    `MASTER_PORT + 1` is used; `MASTER_ADDR` alone: that host, port as in rule 3;
-//! 3. otherwise on 127.0.0.1 — so all ranks must share one host; when the launcher says they
+//!    `MASTER_PORT + 1` is used; `MASTER_ADDR` alone: that host, port as in rule 4;
+//! 3. under Slurm, on the first host of `SLURM_STEP_NODELIST` (rank 0's node), port as in
+//!    rule 4;
+//! 4. otherwise on 127.0.0.1 — so all ranks must share one host; when the launcher says they
 //!    do not (local size < size) the run stops and asks for `MASTER_ADDR` — at port
 //!    `20000 + FNV-1a(job key) mod 10000`, or the first free one of the 8 ports from there.
 //!
@@ -47,6 +52,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::base::limits::{MAX_ENV_VALUE_BYTES, MAX_RANKS};
+use crate::comm::slurm;
 use crate::ffi::types::HCCL_ROOT_INFO_BYTES;
 
 /// First port of the derived range.
@@ -234,12 +240,15 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, Str
 }
 
 fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>, String> {
-    let mut found = None;
+    let mut found: Option<Found> = None;
     for (source, [r, s, lr, ls]) in SOURCES {
         if let (Some(rank), Some(size)) = (num(get, r)?, num(get, s)?) {
             found = Some((source, rank, size, num(get, lr)?, num(get, ls)?, r, s));
             break;
         }
+    }
+    if found.is_none() {
+        found = slurm_step(get)?;
     }
     let Some((source, rank, size, local_rank, local_size, rv, sv)) = found else {
         return Ok(None);
@@ -267,6 +276,11 @@ fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>,
             None => None,
         };
         (host, port)
+    } else if source == "slurm" {
+        // Rank 0 is the first task of the step, which Slurm places on the first node.
+        let list = get("SLURM_STEP_NODELIST").unwrap_or_default();
+        let host = slurm::first_host(&list).map_err(|e| format!("SLURM_STEP_NODELIST: {e}"))?;
+        (host, None)
     } else {
         if local_size.is_some_and(|l| l < size) {
             return Err(format!(
@@ -304,6 +318,49 @@ fn detect_bounded(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<World>,
         key,
         timeout: Duration::from_secs(secs),
     }))
+}
+
+/// What [`detect_bounded`] finds for a launcher: source, rank, size, local rank, local size,
+/// and the names of the rank and size variables (for messages).
+type Found = (
+    &'static str,
+    u32,
+    u32,
+    Option<u32>,
+    Option<u32>,
+    &'static str,
+    &'static str,
+);
+
+/// A task of a Slurm job step (started by `srun`): `SLURM_PROCID` of `SLURM_NTASKS`, local rank
+/// `SLURM_LOCALID`, and this node's task count from `SLURM_STEP_TASKS_PER_NODE` (indexed by
+/// `SLURM_NODEID`), else `SLURM_NTASKS_PER_NODE`. Only inside a step: a batch script also has
+/// `SLURM_PROCID` and `SLURM_NTASKS` but no `SLURM_STEP_NODELIST`, and is one process, not a
+/// rank of many.
+fn slurm_step(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Found>, String> {
+    let (rv, sv) = ("SLURM_PROCID", "SLURM_NTASKS");
+    if get("SLURM_STEP_NODELIST").is_none() {
+        return Ok(None);
+    }
+    let (Some(rank), Some(size)) = (num(get, rv)?, num(get, sv)?) else {
+        return Ok(None);
+    };
+    let local_size = match (get("SLURM_STEP_TASKS_PER_NODE"), num(get, "SLURM_NODEID")?) {
+        (Some(per_node), Some(node)) => Some(
+            slurm::tasks_on_node(&per_node, node)
+                .map_err(|e| format!("SLURM_STEP_TASKS_PER_NODE: {e}"))?,
+        ),
+        _ => num(get, "SLURM_NTASKS_PER_NODE")?,
+    };
+    Ok(Some((
+        "slurm",
+        rank,
+        size,
+        num(get, "SLURM_LOCALID")?,
+        local_size,
+        rv,
+        sv,
+    )))
 }
 
 /// The process environment as a lookup function for [`detect`].
@@ -600,6 +657,98 @@ mod tests {
         assert_eq!(detect(&env(&[])).unwrap(), None);
     }
 
+    /// The variables `srun -N 2 -n 6` gives the task of rank 4 (second node, 3 tasks there).
+    const SRUN: [(&str, &str); 9] = [
+        ("SLURM_PROCID", "4"),
+        ("SLURM_NTASKS", "6"),
+        ("SLURM_LOCALID", "1"),
+        ("SLURM_NODEID", "1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "3(x2)"),
+        ("SLURM_STEP_NODELIST", "node[07-08]"),
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_NTASKS_PER_NODE", "9"),
+    ];
+
+    #[test]
+    fn slurm_step_gives_ranks_and_the_first_node_as_rendezvous() {
+        let w = detect(&env(&SRUN)).unwrap().unwrap();
+        assert_eq!(
+            (w.rank, w.size, w.local_rank, w.local_size, w.source),
+            (4, 6, Some(1), Some(3), "slurm")
+        );
+        assert_eq!(w.key, "slurm/job:slurm.4242.0/6");
+        let Rendezvous::Derived { host, base } = &w.rendezvous else {
+            panic!("expected a derived port: {:?}", w.rendezvous);
+        };
+        assert_eq!(host, "node07");
+        assert_eq!(
+            *base,
+            DERIVED_PORT_BASE + (fnv1a(&w.key) % DERIVED_PORT_SPAN as u64) as u16
+        );
+        // Uneven nodes: the count of this node, not the first.
+        let mut uneven = SRUN.to_vec();
+        uneven[4] = ("SLURM_STEP_TASKS_PER_NODE", "4,2");
+        assert_eq!(detect(&env(&uneven)).unwrap().unwrap().local_size, Some(2));
+        // Without the step's per-node counts, --ntasks-per-node's value.
+        let fallback: Vec<_> = SRUN
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "SLURM_STEP_TASKS_PER_NODE")
+            .collect();
+        assert_eq!(
+            detect(&env(&fallback)).unwrap().unwrap().local_size,
+            Some(9)
+        );
+        // An explicit address still wins.
+        let mut fixed = SRUN.to_vec();
+        fixed.push(("HCCL_ROOT_ADDR", "10.1.2.3:5000"));
+        assert_eq!(
+            detect(&env(&fixed)).unwrap().unwrap().rendezvous,
+            Rendezvous::Fixed {
+                host: "10.1.2.3".into(),
+                port: 5000
+            }
+        );
+    }
+
+    #[test]
+    fn slurm_counts_only_inside_a_step_and_after_other_launchers() {
+        // A batch script: SLURM_PROCID and SLURM_NTASKS, but no step.
+        let batch: Vec<_> = SRUN
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "SLURM_STEP_NODELIST")
+            .collect();
+        assert_eq!(detect(&env(&batch)).unwrap(), None);
+        // mpirun inside an allocation: Open MPI's variables win.
+        let mut mpi = SRUN.to_vec();
+        mpi.extend([
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]);
+        let w = detect(&env(&mpi)).unwrap().unwrap();
+        assert_eq!((w.rank, w.size, w.source), (0, 2, "openmpi"));
+        assert_eq!(w.rendezvous.host(), "127.0.0.1");
+    }
+
+    #[test]
+    fn bad_slurm_values_are_errors_naming_the_variable() {
+        let with = |k: &'static str, v: &'static str| {
+            let mut e = SRUN.to_vec();
+            e.retain(|(n, _)| *n != k);
+            e.push((k, v));
+            detect(&env(&e)).unwrap_err()
+        };
+        assert!(with("SLURM_PROCID", "x").contains("SLURM_PROCID"));
+        assert!(with("SLURM_PROCID", "6").contains("out of range for SLURM_NTASKS=6"));
+        assert!(with("SLURM_NTASKS", "0").contains("SLURM_NTASKS=0"));
+        assert!(with("SLURM_STEP_NODELIST", "node[07-").contains("SLURM_STEP_NODELIST"));
+        assert!(with("SLURM_STEP_TASKS_PER_NODE", "3(x1)").contains("no entry for node 1"));
+        assert!(with("SLURM_LOCALID", "-1").contains("SLURM_LOCALID"));
+    }
+
     #[test]
     fn openmpi_single_host_derives_port_from_job() {
         let e = env(&[
@@ -654,10 +803,8 @@ mod tests {
         // Nothing shared at all: the parent process (one launcher on one host).
         let bare = key(&[("RANK", "0"), ("WORLD_SIZE", "2")]);
         // SAFETY: getppid has no preconditions.
-        assert_eq!(
-            bare,
-            format!("torchrun/ppid:{}/2", unsafe { libc::getppid() })
-        );
+        let ppid = unsafe { libc::getppid() };
+        assert_eq!(bare, format!("torchrun/ppid:{ppid}/2"));
     }
 
     #[test]

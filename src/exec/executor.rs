@@ -2,7 +2,9 @@
 
 use std::time::Instant;
 
+use super::identity::{Notice, OpTags};
 use super::reduce;
+use super::trace::{PeerTraffic, StepTrace};
 use crate::algo::{Action, Buf, Schedule, Span};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -43,7 +45,9 @@ pub fn reduce_fn(dtype: DataType, op: ReduceOp) -> ReduceFn {
     }
 }
 
-/// Executes `sched` step by step.
+/// Executes `sched` step by step, tagging its messages with `tags` and posting the `notices`
+/// (see [`super::identity`]) at their steps. The schedule's sends to this rank itself must pair
+/// up with its receives from itself ([`check_self_pairs`], checked once when it is built).
 ///
 /// # Safety
 /// Every span of the schedule must lie inside the buffer it names, and the buffers must stay
@@ -54,11 +58,45 @@ pub unsafe fn run(
     bufs: &Buffers,
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
+    tags: &mut OpTags,
+    notices: &[Notice],
 ) -> Result<()> {
-    for step in &sched.steps {
-        check_self_pairs(ep.rank(), step)?;
+    // SAFETY: forwarded to the caller.
+    unsafe { run_traced(ep, sched, bufs, red, deadline, tags, notices, None) }
+}
+
+/// [`run`], appending a [`StepTrace`] per step (the failing one included) to `log` when given.
+/// Without a log nothing is timed or recorded.
+///
+/// # Safety
+/// As for [`run`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run_traced(
+    ep: &mut Endpoint,
+    sched: &Schedule,
+    bufs: &Buffers,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+    notices: &[Notice],
+    mut log: Option<&mut Vec<StepTrace>>,
+) -> Result<()> {
+    let mut notices = notices;
+    for (i, step) in sched.steps.iter().enumerate() {
+        let now = notices.iter().take_while(|n| n.step as usize == i).count();
+        let (these, later) = notices.split_at(now);
+        notices = later;
+        let start = log.is_some().then(Instant::now);
         // SAFETY: the step's spans lie inside the caller's buffers, valid for the whole call.
-        if let Err(e) = unsafe { run_step(ep, step, bufs, red, deadline) } {
+        let res = unsafe { run_step(ep, step, bufs, red, deadline, tags, these) };
+        if let (Some(log), Some(start)) = (log.as_deref_mut(), start) {
+            log.push(StepTrace {
+                start,
+                end: Instant::now(),
+                peers: traffic(ep, step),
+            });
+        }
+        if let Err(e) = res {
             // Posted operations must not outlive the call: peers would read or write buffers
             // the caller is about to reuse.
             if ep.broken().is_none() {
@@ -70,9 +108,46 @@ pub unsafe fn run(
     Ok(())
 }
 
-/// Rejects a step whose sends to this rank itself do not pair up with its receives from
+/// What `step` exchanges with each peer (itself excluded), in first-mention order.
+fn traffic(ep: &Endpoint, step: &crate::algo::schedule::Step) -> Vec<PeerTraffic> {
+    let mut peers: Vec<PeerTraffic> = Vec::new();
+    for a in &step.actions {
+        let (peer, sent, received) = match *a {
+            Action::Send { peer, src } => (peer, src.len as u64, 0),
+            Action::Recv { peer, dst } | Action::RecvReduce { peer, dst } => {
+                (peer, 0, dst.len as u64)
+            }
+            _ => continue,
+        };
+        if peer == ep.rank() {
+            continue;
+        }
+        match peers.iter_mut().find(|p| p.peer == peer) {
+            Some(p) => {
+                p.sent += sent;
+                p.received += received;
+            }
+            None => peers.push(PeerTraffic {
+                peer,
+                sent,
+                received,
+                link: ep.link_kind(peer),
+            }),
+        }
+    }
+    peers
+}
+
+/// Rejects a schedule whose sends to this rank itself do not pair up with its receives from
 /// itself, before anything is posted (so a bad call leaves the communicator usable).
-fn check_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<()> {
+pub fn check_self_pairs(me: u32, sched: &Schedule) -> Result<()> {
+    sched
+        .steps
+        .iter()
+        .try_for_each(|step| check_step_self_pairs(me, step))
+}
+
+fn check_step_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<()> {
     // Iterators, not vectors: this runs on every step of every call.
     let sends = || {
         step.actions.iter().filter_map(move |a| match a {
@@ -113,6 +188,8 @@ unsafe fn run_step(
     bufs: &Buffers,
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
+    tags: &mut OpTags,
+    notices: &[Notice],
 ) -> Result<()> {
     let need_red =
         || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
@@ -141,11 +218,23 @@ unsafe fn run_step(
             _ => {}
         }
     }
+    // Notices are empty: any valid address will do.
+    let nothing = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    for n in notices {
+        if n.send {
+            // SAFETY: a zero-length transfer never touches its address.
+            unsafe { ep.post_send(n.peer, nothing, 0, tags.notice(n)) }?;
+        } else {
+            // SAFETY: a zero-length transfer never touches its address.
+            unsafe { ep.post_recv(n.peer, nothing, 0, None, tags.notice(n)) }?;
+        }
+    }
     for a in &step.actions {
         if let Action::Send { peer, src } = *a {
+            let tag = tags.to(peer, src.len);
             // SAFETY: the span lies inside a live buffer that stays valid until `wait_all`
             // below (or `abort` on failure) has retired the transfer.
-            unsafe { ep.post_send(peer, bufs.addr(src) as *const u8, src.len) }?;
+            unsafe { ep.post_send(peer, bufs.addr(src) as *const u8, src.len, tag) }?;
         }
     }
     for a in &step.actions {
@@ -154,9 +243,10 @@ unsafe fn run_step(
             Action::RecvReduce { peer, dst } => (peer, dst, Some(need_red()?)),
             _ => continue,
         };
+        let tag = tags.from(peer, dst.len);
         // SAFETY: the span lies inside a live buffer that stays valid until `wait_all` below
         // (or `abort` on failure) has retired the transfer.
-        unsafe { ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, reduce) }?;
+        unsafe { ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, reduce, tag) }?;
     }
-    ep.wait_all(deadline)
+    ep.wait_all(deadline, Some(&*tags))
 }

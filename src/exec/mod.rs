@@ -1,5 +1,8 @@
-//! Execution: running schedules over links, and the reduction kernels they use.
+//! Execution: running schedules over links, naming each operation on the wire, the reduction
+//! kernels the schedules use, and operation traces.
 
 pub mod compress;
 pub mod executor;
+pub mod identity;
 pub mod reduce;
+pub mod trace;

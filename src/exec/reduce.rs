@@ -25,7 +25,11 @@ use std::ptr;
 use std::sync::OnceLock;
 
 // ---------------------------------------------------------------------------------------------
-// Half-precision conversions (scalar, branch-free so that arrays of them vectorise).
+// Half-precision lane conversions of the soft kernels: branch-free, so that the kernels' fixed
+// blocks of them vectorise (the `half` crate's scalar conversions branch, and with `std` detect
+// the CPU on every call). Conversions outside the kernels (the ACL runtime, the tools, the
+// Python package) use `half`; the tests below check these against an independent reference
+// and against `half`, bit for bit.
 // ---------------------------------------------------------------------------------------------
 
 /// Converts IEEE binary16 bits to `f32`.
@@ -33,7 +37,7 @@ use std::sync::OnceLock;
 /// Exact for every finite value (subnormals included) and infinities; a NaN stays a NaN with its
 /// payload kept and the quiet bit set (the same result as the x86 `vcvtph2ps` instruction).
 #[inline(always)]
-pub fn f16_to_f32(h: u16) -> f32 {
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
     let h = u32::from(h);
     let sign = (h & 0x8000) << 16;
     // Exponent and mantissa moved to their f32 positions; the exponent is still biased by 15.
@@ -63,7 +67,7 @@ pub fn f16_to_f32(h: u16) -> f32 {
 /// normal range become subnormals or signed zero. A NaN stays a NaN: quiet bit set, the top 9
 /// payload bits kept (the same result as the x86 `vcvtps2ph` instruction).
 #[inline(always)]
-pub fn f32_to_f16(f: f32) -> u16 {
+pub(crate) fn f32_to_f16(f: f32) -> u16 {
     let x = f.to_bits();
     let sign = (x >> 16) & 0x8000;
     let a = x & 0x7fff_ffff;
@@ -92,9 +96,12 @@ pub fn f32_to_f16(f: f32) -> u16 {
     (bits | sign) as u16
 }
 
-/// Converts bfloat16 bits to `f32` (exact; a NaN gets the quiet bit set, payload kept).
+/// Converts bfloat16 bits to `f32` (exact; a NaN gets the quiet bit set, payload kept). The
+/// kernels widen bf16 with a plain shift (see `SoftBf16`); this quieting form is what the tests
+/// check conversions against.
+#[cfg(test)]
 #[inline(always)]
-pub fn bf16_to_f32(h: u16) -> f32 {
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
     let x = u32::from(h) << 16;
     let is_nan = u32::from(x & 0x7fff_ffff > 0x7f80_0000);
     f32::from_bits(x | (is_nan << 22))
@@ -104,7 +111,7 @@ pub fn bf16_to_f32(h: u16) -> f32 {
 /// infinity, subnormals round like any other value). A NaN stays a NaN: quiet bit set, the top
 /// payload bits kept.
 #[inline(always)]
-pub fn f32_to_bf16(f: f32) -> u16 {
+pub(crate) fn f32_to_bf16(f: f32) -> u16 {
     let x = f.to_bits();
     // RNE on the 16 dropped bits; the carry can reach the exponent (and make infinity) but never
     // the sign, because NaNs take the other branch.
@@ -938,6 +945,46 @@ mod tests {
             }
             assert_eq!(f32_to_f16(f), ref_f16(f64::from(f)), "f16 {bits:#010x}");
             assert_eq!(f32_to_bf16(f), ref_bf16(f64::from(f)), "bf16 {bits:#010x}");
+        }
+    }
+
+    /// The lane conversions agree with the `half` crate bit for bit: every half pattern
+    /// widened (NaNs included: quiet bit set, payload kept), and f32 patterns narrowed across
+    /// every exponent, NaNs and the rounding boundaries included.
+    #[test]
+    fn lanes_match_the_half_crate() {
+        for h in 0..=u16::MAX {
+            assert_eq!(
+                f16_to_f32(h).to_bits(),
+                half::f16::from_bits(h).to_f32().to_bits(),
+                "f16 {h:#06x}"
+            );
+            assert_eq!(
+                bf16_to_f32(h).to_bits(),
+                half::bf16::from_bits(h).to_f32().to_bits(),
+                "bf16 {h:#06x}"
+            );
+        }
+        let mut rng = Rng(0x0bad_cafe_f00d_1234);
+        for i in 0..1_000_000u32 {
+            let bits = match i % 3 {
+                0 => rng.next() as u32,
+                // Every value a multiple of 2^-13 ulp around a half boundary: ties and their
+                // neighbours.
+                1 => (rng.next() as u32 & 0xffff_e000) | [0x0fff, 0x1000, 0x1001][i as usize % 3],
+                _ => (rng.next() as u32 & 0xffff_0000) | [0x7fff, 0x8000, 0x8001][i as usize % 3],
+            };
+            let f = f32::from_bits(bits);
+            assert_eq!(
+                f32_to_f16(f),
+                half::f16::from_f32(f).to_bits(),
+                "f16 {bits:#010x}"
+            );
+            assert_eq!(
+                f32_to_bf16(f),
+                half::bf16::from_f32(f).to_bits(),
+                "bf16 {bits:#010x}"
+            );
         }
     }
 

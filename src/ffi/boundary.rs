@@ -1,4 +1,4 @@
-//! The edge between C and Rust. Every C entry point's body is one [`entry!`] invocation, which
+//! The edge between C and Rust. Every C entry point's body is one `entry!` invocation, which
 //! gives it, uniformly:
 //!
 //! - its name, taken from the enclosing function (so it is written once, in the signature);
@@ -150,7 +150,7 @@ fn guarded(api: &str, context: &Context<'_>, body: impl FnOnce() -> Result<()>) 
     }
 }
 
-/// Implementation of [`entry!`] without a communicator.
+/// Implementation of `entry!` without a communicator.
 pub fn enter(
     api: &'static str,
     args: impl FnOnce(&mut String),
@@ -161,7 +161,7 @@ pub fn enter(
     guarded(api, &Context::None, body)
 }
 
-/// Implementation of [`entry!`] with `comm(handle => c)`.
+/// Implementation of `entry!` with `comm(handle => c)`.
 pub fn enter_comm(
     api: &'static str,
     handle: HcclComm,
@@ -192,7 +192,7 @@ pub fn enter_comm(
     }
 }
 
-/// Implementation of [`entry!`]'s `value` form.
+/// Implementation of `entry!`'s `value` form.
 pub fn enter_value<T>(
     api: &'static str,
     args: impl FnOnce(&mut String),

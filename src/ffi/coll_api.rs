@@ -1,7 +1,7 @@
 //! The collective operations of `hccl.h`.
 //!
 //! This file is the source cbindgen reads for `include/hccl/hccl.h`. Every body is one
-//! [`entry!`] (see [`super::boundary`]): the communicator check, panic boundary, entry log and
+//! `entry!` (see [`super::boundary`]): the communicator check, panic boundary, entry log and
 //! result mapping come from there; what remains here is each operation's own argument checks.
 //!
 //! # Safety

@@ -1,7 +1,7 @@
 //! The communicator management functions of `hccl_comm.h`.
 //!
 //! This file is the source cbindgen reads for `include/hccl/hccl_comm.h`. Every body is one
-//! [`entry!`] (see [`super::boundary`]).
+//! `entry!` (see [`super::boundary`]).
 //!
 //! # Safety
 //! These are C entry points with HCCL's contract: every pointer argument is either NULL
@@ -100,7 +100,8 @@ unsafe fn init_root(
 ) -> Result<()> {
     let out = v::non_null_mut(comm, "comm")?;
     let info = v::non_null(rootInfo, "rootInfo")?;
-    v::rank_count(nRanks, "nRanks")?;
+    // The rank count's bound is checked by the communicator, which also tells the root so that
+    // the other ranks fail at once instead of waiting for the connect timeout.
     if rank >= nRanks {
         return Err(Error::new(
             ErrorKind::Para,

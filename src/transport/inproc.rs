@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use super::backoff::NO_CPU;
 use super::doorbell::Doorbell;
+use super::tag::Tag;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -28,6 +29,8 @@ struct SendDesc {
     seq: u64,
     ptr: usize,
     len: usize,
+    /// The operation the message belongs to.
+    tag: Tag,
     /// The message itself when sent eagerly.
     eager: Option<[u8; EAGER_MAX]>,
 }
@@ -48,7 +51,7 @@ pub struct InprocFabric {
     /// path). A rank that left keeps its entry; ringing it is harmless.
     bells: Vec<OnceLock<Arc<Doorbell>>>,
     failed: AtomicBool,
-    fail_msg: Mutex<String>,
+    fail_why: Mutex<Option<Error>>,
 }
 
 fn registry() -> &'static Mutex<HashMap<u128, Weak<InprocFabric>>> {
@@ -86,7 +89,7 @@ impl InprocFabric {
                     boxes: (0..n * n).map(|_| Mailbox::default()).collect(),
                     bells: (0..n).map(|_| OnceLock::new()).collect(),
                     failed: AtomicBool::new(false),
-                    fail_msg: Mutex::new(String::new()),
+                    fail_why: Mutex::new(None),
                 });
                 reg.insert(key, Arc::downgrade(&f));
                 f
@@ -116,23 +119,30 @@ impl InprocFabric {
         self.bells[rank].get().map_or(NO_CPU, |b| b.cpu())
     }
 
-    /// Marks the fabric broken (a rank failed mid-operation) and wakes every rank.
-    pub fn fail(&self, msg: &str) {
-        if !self.failed.swap(true, Ordering::SeqCst) {
-            *self.fail_msg.lock() = msg.to_string();
+    /// Marks the fabric broken (a rank failed mid-operation; `why` names the rank) and wakes
+    /// every rank. The first reason recorded is the one every rank reports.
+    pub fn fail(&self, why: &Error) {
+        {
+            let mut w = self.fail_why.lock();
+            if w.is_none() {
+                *w = Some(why.clone());
+            }
+            self.failed.store(true, Ordering::SeqCst);
         }
         for b in self.bells.iter().filter_map(OnceLock::get) {
             b.ring();
         }
     }
 
-    /// The failure recorded by `fail`, if any.
-    pub fn failure(&self) -> Option<String> {
-        if self.failed.load(Ordering::SeqCst) {
-            Some(self.fail_msg.lock().clone())
-        } else {
-            None
+    /// The failure recorded by `fail`, as the error a rank waiting on the fabric reports: an
+    /// operation mismatch keeps its kind (`HCCL_E_PARA` on every rank), anything else is a
+    /// remote failure.
+    pub fn failure(&self) -> Option<Error> {
+        if !self.failed.load(Ordering::SeqCst) {
+            return None;
         }
+        let why = self.fail_why.lock().clone()?;
+        Some(super::propagated(why, "another rank of this process"))
     }
 
     /// Posts a send of `len` bytes at `ptr` from `src` to `dst`; returns the sequence number
@@ -148,6 +158,7 @@ impl InprocFabric {
         dst: usize,
         ptr: *const u8,
         len: usize,
+        tag: Tag,
     ) -> Option<u64> {
         let eager = (len <= EAGER_MAX).then(|| {
             let mut b = [0u8; EAGER_MAX];
@@ -165,6 +176,7 @@ impl InprocFabric {
             seq,
             ptr: ptr as usize,
             len,
+            tag,
             eager,
         });
         drop(q);
@@ -182,14 +194,20 @@ impl InprocFabric {
         self.mailbox(src, dst).queue.lock().clear();
     }
 
+    /// The tag of the oldest message from `src` to `dst` that no receive has taken yet.
+    pub fn peek_tag(&self, src: usize, dst: usize) -> Option<Tag> {
+        self.mailbox(src, dst).queue.lock().front().map(|d| d.tag)
+    }
+
     /// Whether the send with sequence `seq` from `src` to `dst` has been consumed.
     pub fn send_done(&self, src: usize, dst: usize, seq: u64) -> bool {
         self.mailbox(src, dst).consumed.load(Ordering::Acquire) >= seq
     }
 
-    /// Tries to complete a receive at `dst` from `src` into `ptr` (`len` bytes), reducing into
-    /// it when `reduce` is given. Returns `Ok(true)` when done, `Ok(false)` when the matching
-    /// send has not been posted yet.
+    /// Tries to complete a receive at `dst` from `src` into `ptr` (`len` bytes, tagged `tag`),
+    /// reducing into it when `reduce` is given. Returns `Ok(true)` when done, `Ok(false)` when
+    /// the matching send has not been posted yet. A message of another operation is left in
+    /// place and fails the fabric.
     ///
     /// # Safety
     /// `ptr` must be valid for writes (and reads when reducing) of `len` bytes.
@@ -200,30 +218,36 @@ impl InprocFabric {
         ptr: *mut u8,
         len: usize,
         reduce: Option<&ReduceFn>,
+        tag: &Tag,
     ) -> Result<bool> {
         let mb = self.mailbox(src, dst);
         // The copy happens under the mailbox lock so that a sender that gives up (see
         // `cancel_sends`) can be sure no receiver is still reading its buffer.
         let mut q = mb.queue.lock();
-        if let Some(msg) = self.failure() {
-            return Err(Error::new(
-                ErrorKind::Remote,
-                format!("another rank of this process failed: {msg}"),
-            ));
+        if let Some(e) = self.failure() {
+            return Err(e);
         }
-        let desc = match q.pop_front() {
-            Some(d) => d,
-            None => return Ok(false),
+        let Some(front) = q.front() else {
+            return Ok(false);
         };
-        if desc.len != len {
+        if front.tag != *tag || front.len != len {
+            let e = Tag::check(&front.tag, tag, src as u32, dst as u32)
+                .err()
+                .unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::Para,
+                        format!(
+                            "message size mismatch: rank {src} sent {} bytes, rank {dst} \
+                             expected {len}",
+                            front.len
+                        ),
+                    )
+                });
             drop(q);
-            let msg = format!(
-                "message size mismatch: rank {src} sent {} bytes, rank {dst} expected {len}",
-                desc.len
-            );
-            self.fail(&msg);
-            return Err(Error::new(ErrorKind::Para, msg));
+            self.fail(&e);
+            return Err(e);
         }
+        let desc = q.pop_front().expect("front exists");
         if len > 0 {
             let from = match &desc.eager {
                 Some(b) => b.as_ptr(),
@@ -251,6 +275,9 @@ impl InprocFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::tag::{OpKind, OpTag};
+
+    const T: Tag = Tag([0; crate::transport::tag::TAG_LEN]);
 
     /// A fabric of `n` ranks under a key of its own (`tag`: tests run in parallel).
     fn fabric(n: usize, tag: u128) -> Arc<InprocFabric> {
@@ -272,8 +299,8 @@ mod tests {
         // SAFETY: the buffers outlive the receives below.
         let (s1, s2) = unsafe {
             (
-                f.post_send(0, 1, small.as_ptr(), small.len()),
-                f.post_send(0, 1, big.as_ptr(), big.len()),
+                f.post_send(0, 1, small.as_ptr(), small.len(), T),
+                f.post_send(0, 1, big.as_ptr(), big.len(), T),
             )
         };
         assert_eq!(
@@ -289,14 +316,14 @@ mod tests {
         // SAFETY: destination buffers of the stated lengths.
         unsafe {
             assert!(f
-                .try_recv(0, 1, got_small.as_mut_ptr(), EAGER_MAX, None)
+                .try_recv(0, 1, got_small.as_mut_ptr(), EAGER_MAX, None, &T)
                 .unwrap());
             assert!(!f.send_done(0, 1, s2));
             assert!(f
-                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None)
+                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None, &T)
                 .unwrap());
             assert!(!f
-                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None)
+                .try_recv(0, 1, got_big.as_mut_ptr(), big.len(), None, &T)
                 .unwrap());
         }
         assert!(f.send_done(0, 1, s2));
@@ -316,14 +343,41 @@ mod tests {
         );
         // SAFETY: buffers of the stated lengths, alive for the calls.
         unsafe {
-            assert_eq!(f.post_send(1, 0, a.as_ptr().cast(), 12), None);
+            assert_eq!(f.post_send(1, 0, a.as_ptr().cast(), 12, T), None);
             assert!(f
-                .try_recv(1, 0, acc.as_mut_ptr().cast(), 12, Some(&red))
+                .try_recv(1, 0, acc.as_mut_ptr().cast(), 12, Some(&red), &T)
                 .unwrap());
         }
         assert_eq!(
             acc.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
             expect.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_message_of_another_operation_is_refused_and_left_unread() {
+        let f = fabric(2, 3);
+        let sent = OpTag {
+            count: 4,
+            ..OpTag::new(OpKind::Broadcast)
+        };
+        let want = OpTag {
+            count: 4,
+            ..OpTag::new(OpKind::AllReduce)
+        };
+        let a = [7u8; 16];
+        let mut got = [0u8; 16];
+        // SAFETY: buffers of the stated lengths, alive for the calls.
+        let e = unsafe {
+            f.post_send(0, 1, a.as_ptr(), 16, sent.encode());
+            f.try_recv(0, 1, got.as_mut_ptr(), 16, None, &want.encode())
+                .unwrap_err()
+        };
+        assert_eq!(e.kind, ErrorKind::Para);
+        assert!(e.msg.contains("rank 0 called Broadcast"), "{}", e.msg);
+        assert_eq!(got, [0u8; 16], "nothing was delivered");
+        let seen = f.failure().expect("the fabric is failed for every rank");
+        assert_eq!(seen.kind, ErrorKind::Para);
+        assert!(seen.msg.contains("rank 0 called Broadcast"), "{}", seen.msg);
     }
 }

@@ -5,15 +5,22 @@
 //! [`shm`]) or TCP (ranks on other hosts, or everywhere when the network link is forced). The endpoint posts sends
 //! and receives on those links and completes them together in one progress loop, so any set of
 //! operations whose peers post the matching ones completes without deadlock.
+//!
+//! Every message carries the tag of the operation it belongs to ([`tag`]); a receive names the
+//! tag it expects and its link refuses any other before delivering a byte. A rank that fails
+//! aborts its links with the reason, which every peer waiting on it reports: an operation
+//! mismatch is `HCCL_E_PARA` with both calls named on every rank that hears of it.
 
 pub mod acceptor;
 pub mod backoff;
 pub mod cma;
 pub mod doorbell;
 pub mod futex;
+pub mod gate;
 pub mod inproc;
 pub mod net;
 pub mod shm;
+pub mod tag;
 pub mod tcp;
 
 use std::sync::Arc;
@@ -25,7 +32,23 @@ use backoff::Wait;
 use doorbell::Doorbell;
 use inproc::InprocFabric;
 use shm::ShmLink;
+use tag::Tag;
 use tcp::TcpLink;
+
+/// The error a rank reports for a failure that `from` announced: an operation mismatch keeps
+/// its kind and text (the caller's error, on every rank), anything else is a remote failure.
+pub(crate) fn propagated(why: Error, from: &str) -> Error {
+    if why.kind == ErrorKind::Para {
+        if why.msg.contains("(reported by ") {
+            return why;
+        }
+        return Error::new(ErrorKind::Para, format!("{} (reported by {from})", why.msg));
+    }
+    Error::new(
+        ErrorKind::Remote,
+        format!("{from} aborted the communicator: {}", why.msg),
+    )
+}
 
 /// How the receiver combines incoming data with what its buffer holds: `dst = dst op src`.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +86,20 @@ pub enum LinkKind {
     /// Another process, over TCP.
     Tcp,
 }
+
+/// What the running operation accepts from each peer. A peer that called something else may
+/// send to this rank where no receive is posted (its schedule differs), and both would wait
+/// until the timeout; a rank that waits without progress for `STRAY_CHECK` (50 ms) therefore
+/// looks at such unclaimed messages and asks this whether they can belong to the operation.
+pub trait Expectation {
+    /// Ok when an unclaimed message from `peer` tagged `tag` may be taken by a later step or a
+    /// later operation; the mismatch error when this rank will never accept it.
+    fn check_stray(&self, peer: u32, tag: &Tag) -> Result<()>;
+}
+
+/// How long a wait goes without progress before unclaimed messages are examined (and how
+/// often after that).
+const STRAY_CHECK: Duration = Duration::from_millis(50);
 
 /// How long a rank that saw one peer close waits for other closed links to show, so that its
 /// error names the peer that was actually lost.
@@ -138,6 +175,7 @@ enum Pending {
         ptr: usize,
         len: usize,
         reduce: Option<ReduceFn>,
+        tag: Tag,
     },
 }
 
@@ -198,7 +236,7 @@ impl Endpoint {
                     shm_seg.get_or_insert_with(|| l.segment().clone());
                     Link::Shm(l)
                 }
-                PeerLink::Tcp(s) => Link::Tcp(Box::new(TcpLink::new(s, p as u32)?)),
+                PeerLink::Tcp(s) => Link::Tcp(Box::new(TcpLink::new(s, me, p as u32)?)),
             });
         }
         Ok(Endpoint {
@@ -253,28 +291,34 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Posts a send of `len` bytes at `ptr` to `peer`.
+    /// Posts a send of `len` bytes at `ptr` to `peer`, tagged `tag`.
     ///
     /// # Safety
     /// The buffer must stay valid and unmodified until `wait_all` returns.
-    pub unsafe fn post_send(&mut self, peer: u32, ptr: *const u8, len: usize) -> Result<()> {
+    pub unsafe fn post_send(
+        &mut self,
+        peer: u32,
+        ptr: *const u8,
+        len: usize,
+        tag: Tag,
+    ) -> Result<()> {
         self.check_usable()?;
         match &mut self.links[peer as usize] {
             Link::Local => self.local_sends.push((ptr as usize, len)),
             Link::Memory => {
                 let f = self.fabric.as_ref().expect("memory link has a fabric");
-                if let Some(seq) = f.post_send(self.me as usize, peer as usize, ptr, len) {
+                if let Some(seq) = f.post_send(self.me as usize, peer as usize, ptr, len, tag) {
                     self.pending.push(Pending::MemSend { peer, seq });
                 }
             }
             Link::Shm(l) => {
-                l.post_send(ptr, len);
+                l.post_send(ptr, len, tag);
                 if !self.shm_active.contains(&peer) {
                     self.shm_active.push(peer);
                 }
             }
             Link::Tcp(t) => {
-                t.post_send(ptr, len);
+                t.post_send(ptr, len, tag);
                 if !self.tcp_active.contains(&peer) {
                     self.tcp_active.push(peer);
                 }
@@ -294,6 +338,7 @@ impl Endpoint {
         ptr: *mut u8,
         len: usize,
         reduce: Option<ReduceFn>,
+        tag: Tag,
     ) -> Result<()> {
         self.check_usable()?;
         match &mut self.links[peer as usize] {
@@ -323,19 +368,20 @@ impl Endpoint {
                 ptr: ptr as usize,
                 len,
                 reduce,
+                tag,
             }),
             Link::Shm(l) => {
                 let order = reduce.map(|_| {
                     self.shm_reduce_posted += 1;
                     self.shm_reduce_posted - 1
                 });
-                l.post_recv(ptr, len, reduce, order);
+                l.post_recv(ptr, len, reduce, order, tag);
                 if !self.shm_active.contains(&peer) {
                     self.shm_active.push(peer);
                 }
             }
             Link::Tcp(t) => {
-                t.post_recv(ptr, len, reduce);
+                t.post_recv(ptr, len, reduce, tag);
                 if !self.tcp_active.contains(&peer) {
                     self.tcp_active.push(peer);
                 }
@@ -344,16 +390,25 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Completes every posted operation, failing at `deadline` (None: wait forever).
-    pub fn wait_all(&mut self, deadline: Option<Instant>) -> Result<()> {
-        let r = self.wait_inner(deadline);
+    /// Completes every posted operation, failing at `deadline` (None: wait forever); `expect`
+    /// says what the running operation accepts (see [`Expectation`]).
+    pub fn wait_all(
+        &mut self,
+        deadline: Option<Instant>,
+        expect: Option<&dyn Expectation>,
+    ) -> Result<()> {
+        let r = self.wait_inner(deadline, expect);
         if let Err(e) = &r {
             self.abort(e);
         }
         r
     }
 
-    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<()> {
+    fn wait_inner(
+        &mut self,
+        deadline: Option<Instant>,
+        expect: Option<&dyn Expectation>,
+    ) -> Result<()> {
         if !self.local_sends.is_empty() {
             self.local_sends.clear();
             return Err(Error::new(
@@ -365,6 +420,10 @@ impl Endpoint {
         // How the last shared-memory wait ended, for the peer checks below.
         let mut woke = Woke::NotYet;
         let mut last_full_check: Option<Instant> = None;
+        // Passes without progress since the last progress, and since when (the clock is read
+        // only from the second such pass on: the first is the usual wait for a peer).
+        let mut fruitless = 0u32;
+        let mut stuck_since: Option<Instant> = None;
         loop {
             let seen = self.bell.seq();
             let shm_seen = self.shm_seg.as_ref().map(|s| s.bell_seq());
@@ -377,15 +436,22 @@ impl Endpoint {
                 return Ok(());
             }
             if let Some(f) = &self.fabric {
-                if let Some(msg) = f.failure() {
-                    return Err(Error::new(
-                        ErrorKind::Remote,
-                        format!("another rank of this process failed: {msg}"),
-                    ));
+                if let Some(e) = f.failure() {
+                    return Err(e);
                 }
             }
             if progressed {
+                fruitless = 0;
+                stuck_since = None;
                 continue;
+            }
+            fruitless += 1;
+            if let (Some(exp), true) = (expect, fruitless > 1) {
+                let now = Instant::now();
+                if now.duration_since(*stuck_since.get_or_insert(now)) >= STRAY_CHECK {
+                    self.check_strays(exp)?;
+                    stuck_since = Some(now);
+                }
             }
             if woke != Woke::NotYet {
                 // A wait ended without work to do: a peer may have aborted or died. Its failure
@@ -446,14 +512,20 @@ impl Endpoint {
                     Woke::TimedOut
                 };
             }
+            // Waking now and then lets a stalled wait examine unclaimed messages.
+            let longest = if expect.is_some() {
+                2 * STRAY_CHECK.as_millis() as i32
+            } else {
+                1000
+            };
             let timeout_ms = match deadline {
-                None => 1000,
+                None => longest,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Err(self.timeout_error());
                     }
-                    left.as_millis().min(1000) as i32
+                    (left.as_millis().min(longest as u128)) as i32
                 }
             };
             pollfds.clear();
@@ -478,6 +550,33 @@ impl Endpoint {
             self.bell
                 .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);
         }
+    }
+
+    /// Examines the messages that have arrived from peers no posted receive is waiting for.
+    #[cold]
+    fn check_strays(&self, exp: &dyn Expectation) -> Result<()> {
+        for (p, l) in self.links.iter().enumerate() {
+            let p = p as u32;
+            let tag = match l {
+                Link::Local => None,
+                Link::Memory => {
+                    let waited = self
+                        .pending
+                        .iter()
+                        .any(|x| matches!(x, Pending::MemRecv { peer, .. } if *peer == p));
+                    let f = self.fabric.as_ref().expect("memory link has a fabric");
+                    (!waited)
+                        .then(|| f.peek_tag(p as usize, self.me as usize))
+                        .flatten()
+                }
+                Link::Shm(l) => l.peek_tag(),
+                Link::Tcp(t) => t.peek_tag(),
+            };
+            if let Some(t) = tag {
+                exp.check_stray(p, &t)?;
+            }
+        }
+        Ok(())
     }
 
     fn timeout_error(&self) -> Error {
@@ -525,6 +624,7 @@ impl Endpoint {
                     ptr,
                     len,
                     reduce,
+                    tag,
                 } => {
                     // Reductions also complete in posting order across peers, so the
                     // combination order (and so the bits of a float result) never depends on
@@ -539,7 +639,14 @@ impl Endpoint {
                     } else {
                         // SAFETY: post_recv's contract keeps the buffer valid.
                         unsafe {
-                            f.try_recv(peer as usize, me, ptr as *mut u8, len, reduce.as_ref())?
+                            f.try_recv(
+                                peer as usize,
+                                me,
+                                ptr as *mut u8,
+                                len,
+                                reduce.as_ref(),
+                                &tag,
+                            )?
                         }
                     };
                     if !ok {
@@ -650,11 +757,17 @@ impl Endpoint {
         Ok(progressed)
     }
 
-    /// Abandons pending operations after a failure and tells peers: TCP and shared-memory links
-    /// are shut down, this rank's shared segment and the in-process fabric are marked failed, so
-    /// every rank waiting on this one errors out.
+    /// Abandons pending operations after a failure and tells peers why: TCP and shared-memory
+    /// links are shut down, this rank's shared segment and the in-process fabric are marked
+    /// failed with the reason, so every rank waiting on this one errors out with it.
     pub fn abort(&mut self, why: &Error) {
         log::error!("rank {}: aborting communicator links: {}", self.me, why.msg);
+        // A mismatch message names its ranks already; anything else gets this rank's number.
+        let reason = if why.kind == ErrorKind::Para {
+            why.clone()
+        } else {
+            Error::new(why.kind, format!("rank {}: {}", self.me, why.msg))
+        };
         if let Some(f) = &self.fabric {
             for p in &self.pending {
                 if let Pending::MemSend { peer, .. } = p {
@@ -669,17 +782,17 @@ impl Endpoint {
         // The flag goes up before any link is released, so a peer that finishes a single-copy
         // read of this rank's buffer afterwards sees it and discards what it read.
         if let Some(seg) = &self.shm_seg {
-            seg.mark_failed();
+            seg.mark_failed(&reason);
         }
         for l in &mut self.links {
             match l {
-                Link::Tcp(t) => t.abort(),
+                Link::Tcp(t) => t.abort(&reason),
                 Link::Shm(s) => s.abort(),
                 _ => {}
             }
         }
         if let Some(f) = &self.fabric {
-            f.fail(&format!("rank {}: {}", self.me, why.msg));
+            f.fail(&reason);
         }
         self.broken = Some(why.clone());
     }

@@ -15,7 +15,8 @@
 //!
 //! # Channels
 //! A channel is a ring of `nslots` slots, each a 64-byte header (a sequence word, chunk length,
-//! flags, message length, sender address) and `slot_bytes` of data. The sender publishes slot
+//! flags, message length, sender address, and in a message's first slot its operation tag, see
+//! [`super::tag`]) and `slot_bytes` of data. The sender publishes slot
 //! `k` by storing `k + 1` into its sequence word (release); the receiver consumes it and
 //! advances the channel's `consumed` counter, which frees the slot. Flags are the only
 //! synchronisation: no locks anywhere.
@@ -51,6 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
+use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -90,10 +92,16 @@ pub const SLEEP_TICK: Duration = Duration::from_millis(50);
 
 const FLAG_FIRST: u32 = 1;
 const FLAG_CMA: u32 = 2;
-/// The chunk sits in the header's last 32 bytes: a small message costs one cache line.
+/// The chunk sits in the header's last 24 bytes: a small message costs one cache line. An inline
+/// first chunk is the whole message, so its header holds the tag where the message length and
+/// sender address would be.
 const FLAG_INLINE: u32 = 4;
-const INLINE_OFF: usize = 32;
+const INLINE_OFF: usize = 16 + TAG_LEN;
 const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
+/// Where a first slot's tag sits: after the chunk length and flags when inline, else after the
+/// message length and sender address.
+const TAG_OFF_INLINE: usize = 16;
+const TAG_OFF: usize = 32;
 
 const OFF_FAILED: usize = 64;
 const OFF_BELL: usize = 128;
@@ -101,6 +109,10 @@ const OFF_SLEEPERS: usize = 132;
 /// The CPU the owner last waited on, on a line of its own: peers read it while the owner's
 /// bell line bounces between them.
 const OFF_CPU: usize = 192;
+/// Why the owner aborted: error kind (u32), text length (u32), text; written before the failure
+/// flag is raised, so a peer that sees the flag reads a complete reason.
+const OFF_REASON: usize = 256;
+const REASON_MAX: usize = HEADER_BYTES - OFF_REASON - 8;
 
 const HELLO_LEN: usize = 64;
 const HELLO_MAGIC: u64 = 0x4f4c_4c45_484d_4853;
@@ -309,9 +321,28 @@ impl Segment {
         w.ready()
     }
 
-    /// Marks this rank failed (peers stop waiting for it) and wakes it.
-    pub fn mark_failed(&self) {
-        self.map.u32_at(OFF_FAILED).store(1, Ordering::SeqCst);
+    /// Marks this rank failed for the reason `why` (peers stop waiting for it and report the
+    /// reason) and wakes it. Only the first failure is recorded.
+    pub fn mark_failed(&self, why: &Error) {
+        if !self.map.failed() {
+            let text = &why.msg.as_bytes()[..why.msg.len().min(REASON_MAX)];
+            self.map
+                .u32_at(OFF_REASON)
+                .store(why.kind.code(), Ordering::Relaxed);
+            self.map
+                .u32_at(OFF_REASON + 4)
+                .store(text.len() as u32, Ordering::Relaxed);
+            // SAFETY: the reason area lies inside the header and only the owner writes it, once,
+            // before raising the flag below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    text.as_ptr(),
+                    self.map.ptr.add(OFF_REASON + 8),
+                    text.len(),
+                )
+            };
+            self.map.u32_at(OFF_FAILED).store(1, Ordering::SeqCst);
+        }
         self.map.ring();
     }
 
@@ -364,26 +395,58 @@ struct SlotHdr {
     addr: u64,
 }
 
-unsafe fn write_hdr(slot: *mut u8, h: SlotHdr) {
+/// Writes a slot header; `tag` goes into a message's first slot.
+unsafe fn write_hdr(slot: *mut u8, h: SlotHdr, tag: &Tag) {
     std::ptr::write(slot.add(8) as *mut u32, h.len);
     std::ptr::write(slot.add(12) as *mut u32, h.flags);
-    std::ptr::write(slot.add(16) as *mut u64, h.total);
-    std::ptr::write(slot.add(24) as *mut u64, h.addr);
+    let tag_off = if h.flags & FLAG_INLINE != 0 {
+        TAG_OFF_INLINE
+    } else {
+        std::ptr::write(slot.add(16) as *mut u64, h.total);
+        std::ptr::write(slot.add(24) as *mut u64, h.addr);
+        TAG_OFF
+    };
+    if h.flags & FLAG_FIRST != 0 {
+        std::ptr::copy_nonoverlapping(tag.0.as_ptr(), slot.add(tag_off), TAG_LEN);
+    }
 }
 
 unsafe fn read_hdr(slot: *const u8) -> SlotHdr {
+    let len = std::ptr::read_volatile(slot.add(8) as *const u32);
+    let flags = std::ptr::read_volatile(slot.add(12) as *const u32);
+    if flags & FLAG_INLINE != 0 {
+        return SlotHdr {
+            len,
+            flags,
+            total: len as u64,
+            addr: 0,
+        };
+    }
     SlotHdr {
-        len: std::ptr::read_volatile(slot.add(8) as *const u32),
-        flags: std::ptr::read_volatile(slot.add(12) as *const u32),
+        len,
+        flags,
         total: std::ptr::read_volatile(slot.add(16) as *const u64),
         addr: std::ptr::read_volatile(slot.add(24) as *const u64),
     }
+}
+
+/// The tag of a message's first slot whose header `h` has been read.
+unsafe fn read_tag(slot: *const u8, h: &SlotHdr) -> Tag {
+    let off = if h.flags & FLAG_INLINE != 0 {
+        TAG_OFF_INLINE
+    } else {
+        TAG_OFF
+    };
+    let mut t = Tag::default();
+    std::ptr::copy_nonoverlapping(slot.add(off), t.0.as_mut_ptr(), TAG_LEN);
+    t
 }
 
 #[derive(Debug)]
 struct TxOp {
     ptr: usize,
     len: usize,
+    tag: Tag,
     off: usize,
     cma: bool,
     published: bool,
@@ -394,6 +457,7 @@ struct TxOp {
 struct RxOp {
     ptr: usize,
     len: usize,
+    tag: Tag,
     got: usize,
     reduce: Option<ReduceFn>,
     order: Option<u64>,
@@ -430,14 +494,15 @@ impl ShmLink {
         self.single_copy
     }
 
-    /// Queues a send.
+    /// Queues a send of a message tagged `tag`.
     ///
     /// # Safety
     /// `ptr` must stay valid and unmodified for `len` bytes until `idle` is true.
-    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize) {
+    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) {
         self.tx.push_back(TxOp {
             ptr: ptr as usize,
             len,
+            tag,
             off: 0,
             cma: self.single_copy && len >= SINGLE_COPY_MIN,
             published: false,
@@ -445,7 +510,8 @@ impl ShmLink {
         });
     }
 
-    /// Queues a receive; `order` ranks reducing receives across links (they run in order).
+    /// Queues a receive of a message tagged `tag`; `order` ranks reducing receives across
+    /// links (they run in order).
     ///
     /// # Safety
     /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
@@ -455,10 +521,12 @@ impl ShmLink {
         len: usize,
         reduce: Option<ReduceFn>,
         order: Option<u64>,
+        tag: Tag,
     ) {
         self.rx.push_back(RxOp {
             ptr: ptr as usize,
             len,
+            tag,
             got: 0,
             reduce,
             order,
@@ -534,6 +602,7 @@ impl ShmLink {
                             total: op.len as u64,
                             addr: op.ptr as u64,
                         },
+                        &op.tag,
                     );
                     if n > 0 {
                         std::ptr::copy_nonoverlapping(
@@ -587,6 +656,11 @@ impl ShmLink {
             // `consumed`.
             let h = unsafe { read_hdr(slot) };
             if !op.started {
+                if h.flags & FLAG_FIRST != 0 {
+                    // SAFETY: a first slot carries a tag; the slot is ours (see above).
+                    let tag = unsafe { read_tag(slot, &h) };
+                    Tag::check(&tag, &op.tag, self.peer, self.me)?;
+                }
                 if h.flags & FLAG_FIRST == 0 || h.total != op.len as u64 {
                     return Err(Error::new(
                         ErrorKind::Para,
@@ -609,9 +683,14 @@ impl ShmLink {
             if h.flags & FLAG_CMA != 0 {
                 let step = (op.len - op.got).min(CMA_STEP);
                 let (peer, pid) = (self.peer, self.pid);
+                let peer_map = &self.peer_map;
                 let read = |remote: usize, local: *mut u8, n: usize| -> Result<()> {
                     // SAFETY: local is valid per post_recv (or the stage buffer).
                     unsafe { cma::read_from(pid, remote, local, n) }.map_err(|e| {
+                        // A peer that aborted (and perhaps exited) says why.
+                        if peer_map.failed() {
+                            return peer_failure(peer_map, peer, pid);
+                        }
                         Error::new(
                             ErrorKind::Remote,
                             format!("single-copy read from peer rank {peer} (pid {pid}): {e}"),
@@ -645,7 +724,7 @@ impl ShmLink {
                 // A sender that gave up may have handed its buffer back to its caller: only
                 // data read before it raised its flag counts.
                 if self.peer_map.failed() {
-                    return Err(peer_failed(self.peer, self.pid));
+                    return Err(self.peer_failure());
                 }
             } else {
                 let n = h.len as usize;
@@ -702,6 +781,19 @@ impl ShmLink {
         Ok(any)
     }
 
+    /// The tag of the peer's next message when it has arrived and no receive is posted for it.
+    pub fn peek_tag(&self) -> Option<Tag> {
+        if !self.rx.is_empty() || self.inp.seq(self.rd).load(Ordering::Acquire) != self.rd + 1 {
+            return None;
+        }
+        let slot = self.inp.slot(self.rd);
+        // SAFETY: the slot is published (acquire above) and nobody consumes it meanwhile: this
+        // link is the only reader of its channel.
+        let h = unsafe { read_hdr(slot) };
+        // SAFETY: as above; a first slot carries a tag.
+        (h.flags & FLAG_FIRST != 0).then(|| unsafe { read_tag(slot, &h) })
+    }
+
     /// The CPU the peer last waited on ([`NO_CPU`] before its first wait).
     pub fn peer_cpu(&self) -> u32 {
         self.peer_map.u32_at(OFF_CPU).load(Ordering::Relaxed)
@@ -710,11 +802,45 @@ impl ShmLink {
     /// Fails when the peer has aborted (raised its failure flag): one shared-memory load.
     pub fn check_aborted(&self) -> Result<()> {
         if self.peer_map.failed() {
-            return Err(peer_failed(self.peer, self.pid));
+            return Err(self.peer_failure());
         }
         Ok(())
     }
 
+    /// The error for a peer that raised its failure flag, with the reason it recorded.
+    fn peer_failure(&self) -> Error {
+        peer_failure(&self.peer_map, self.peer, self.pid)
+    }
+}
+
+/// The error for rank `peer` (process `pid`, segment `m`) that raised its failure flag, with
+/// the reason it recorded.
+fn peer_failure(m: &Mapping, peer: u32, pid: i32) -> Error {
+    {
+        let code = m.u32_at(OFF_REASON).load(Ordering::Relaxed);
+        let len = (m.u32_at(OFF_REASON + 4).load(Ordering::Relaxed) as usize).min(REASON_MAX);
+        let mut text = vec![0u8; len];
+        // SAFETY: the reason area lies inside the peer's header mapping; the peer wrote it
+        // before raising the flag this rank saw (SeqCst).
+        unsafe { std::ptr::copy_nonoverlapping(m.ptr.add(OFF_REASON + 8), text.as_mut_ptr(), len) };
+        let text = String::from_utf8_lossy(&text);
+        let why = Error::new(
+            if code == ErrorKind::Para.code() {
+                ErrorKind::Para
+            } else {
+                ErrorKind::Remote
+            },
+            if text.is_empty() {
+                "no reason recorded".to_string()
+            } else {
+                text.into_owned()
+            },
+        );
+        super::propagated(why, &format!("peer rank {peer} (pid {pid})"))
+    }
+}
+
+impl ShmLink {
     /// Fails when the peer has aborted or its process is gone (its liveness connection closed).
     pub fn check_peer(&self) -> Result<()> {
         self.check_aborted()?;
@@ -745,13 +871,6 @@ impl ShmLink {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.peer_map.ring();
     }
-}
-
-fn peer_failed(peer: u32, pid: i32) -> Error {
-    Error::new(
-        ErrorKind::Remote,
-        format!("peer rank {peer} (pid {pid}) aborted the communicator"),
-    )
 }
 
 /// What a same-host peer ended up as after the introduction.
@@ -1012,6 +1131,8 @@ mod tests {
         panic!("links did not go idle");
     }
 
+    const T: Tag = Tag([0; TAG_LEN]);
+
     fn sum_f32() -> ReduceFn {
         crate::exec::executor::reduce_fn(DataType::Fp32, ReduceOp::Sum)
     }
@@ -1029,8 +1150,8 @@ mod tests {
             let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
             for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
                 unsafe {
-                    a.post_send(s.as_ptr(), s.len());
-                    b.post_recv(d.as_mut_ptr(), d.len(), None, None);
+                    a.post_send(s.as_ptr(), s.len(), T);
+                    b.post_recv(d.as_mut_ptr(), d.len(), None, None, T);
                 }
             }
             drive(&mut a, &mut b).unwrap();
@@ -1046,8 +1167,8 @@ mod tests {
             let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
             let mut dst: Vec<f32> = vec![1.0; n];
             unsafe {
-                a.post_send(src.as_ptr().cast(), n * 4);
-                b.post_recv(dst.as_mut_ptr().cast(), n * 4, Some(sum_f32()), Some(0));
+                a.post_send(src.as_ptr().cast(), n * 4, T);
+                b.post_recv(dst.as_mut_ptr().cast(), n * 4, Some(sum_f32()), Some(0), T);
             }
             drive(&mut a, &mut b).unwrap();
             assert!(dst.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
@@ -1060,16 +1181,66 @@ mod tests {
         let src = [0u8; 10];
         let mut dst = [0u8; 12];
         unsafe {
-            a.post_send(src.as_ptr(), 10);
-            b.post_recv(dst.as_mut_ptr(), 12, None, None);
+            a.post_send(src.as_ptr(), 10, T);
+            b.post_recv(dst.as_mut_ptr(), 12, None, None, T);
         }
         let e = drive(&mut a, &mut b).unwrap_err();
         assert!(e.msg.contains("size mismatch"), "{}", e.msg);
         assert!(b.check_peer().is_ok());
-        a.segment().mark_failed();
+        a.segment()
+            .mark_failed(&Error::new(ErrorKind::Para, "rank 0 saw a mismatch"));
         a.abort();
         let e = b.check_peer().unwrap_err();
         assert!(e.msg.contains("peer rank 0"), "{}", e.msg);
+        assert_eq!(e.kind, ErrorKind::Para, "{e}");
+        assert!(e.msg.contains("rank 0 saw a mismatch"), "{}", e.msg);
+    }
+
+    #[test]
+    fn tagged_messages_are_checked_before_anything_is_delivered() {
+        use crate::transport::tag::{OpKind, OpTag};
+        let tag = |kind, count| OpTag {
+            count,
+            ..OpTag::new(kind)
+        };
+        // Inline (small) and slot (staged) first chunks, and single-copy.
+        for (len, single_copy) in [(8usize, false), (4000, false), (100_000, true)] {
+            let (mut a, mut b) = links(1 << 20, single_copy);
+            let src = vec![5u8; len];
+            let mut dst = vec![0u8; len];
+            let mut ok = vec![0u8; len];
+            unsafe {
+                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 2).encode());
+                b.post_recv(
+                    ok.as_mut_ptr(),
+                    len,
+                    None,
+                    None,
+                    tag(OpKind::AllReduce, 2).encode(),
+                );
+                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 3).encode());
+                b.post_recv(
+                    dst.as_mut_ptr(),
+                    len,
+                    None,
+                    None,
+                    tag(OpKind::AllReduce, 4).encode(),
+                );
+            }
+            let e = drive(&mut a, &mut b).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Para);
+            assert!(
+                e.msg.contains("rank 0 called AllReduce count=3")
+                    && e.msg.contains("rank 1 count=4"),
+                "{len}: {}",
+                e.msg
+            );
+            assert_eq!(ok, src, "{len}: the matching message arrived");
+            assert!(
+                dst.iter().all(|&x| x == 0),
+                "{len}: nothing of the other one"
+            );
+        }
     }
 
     #[test]

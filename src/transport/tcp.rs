@@ -7,10 +7,16 @@
 //! - a smaller message travels whole on socket `seq % sockets`, `seq` being its place in the
 //!   posting order, which both ends count alike.
 //!
-//! Each part starts with a 16-byte header (magic, socket index and count, message length) so a
-//! mismatched send/receive pair is detected instead of corrupting data. Headers and payload move
-//! with vectored I/O straight between the socket and the caller's buffer; a receive that reduces
-//! goes through a small per-socket staging buffer and is reduced as it arrives.
+//! Each part starts with a 40-byte header (magic, socket index and count, message length, the
+//! message's operation tag, see [`super::tag`]) so a mismatched send/receive pair is detected
+//! and fails the receive. Headers and payload move with vectored I/O straight between the socket
+//! and the caller's buffer (so bytes read together with a refused header may land in the buffer
+//! of the receive that fails, never in a later one); a receive that reduces goes through a small
+//! per-socket staging buffer and is reduced as it arrives, after its header was accepted.
+//!
+//! A rank that aborts writes, on every socket that stands between two messages, an abort record
+//! (a header with its own magic, then the reason) before shutting the socket down, so the peer
+//! reports why rather than only that the connection closed.
 //!
 //! Sockets are non-blocking and advance whenever the endpoint's progress loop finds them ready,
 //! so both directions flow at once and no pair of ranks can deadlock on full socket buffers.
@@ -23,6 +29,7 @@ use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use super::tag::{Tag, TAG_LEN};
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -34,8 +41,11 @@ pub const STRIPE_MIN: usize = 256 << 10;
 /// Stripe boundaries are multiples of this (a multiple of every element size).
 pub const ALIGN: usize = 64;
 
-const MSG_MAGIC: u32 = 0x4843_4d32;
-const HDR: usize = 16;
+const MSG_MAGIC: u32 = 0x4843_4d33;
+const ABORT_MAGIC: u32 = 0x4843_4142;
+const HDR: usize = 16 + TAG_LEN;
+/// Longest abort reason sent or read.
+const REASON_MAX: usize = 4096;
 /// Staging buffer per socket for receive-and-reduce; a multiple of every element size.
 const STAGE: usize = 512 << 10;
 /// Kernel socket buffers: large enough to keep a fast link busy between progress calls.
@@ -58,6 +68,7 @@ struct Op {
     ptr: usize,
     len: usize,
     reduce: Option<ReduceFn>,
+    tag: Tag,
 }
 
 /// One socket of a link and where it stands in the send and receive queues.
@@ -84,6 +95,7 @@ struct Sock {
 #[derive(Debug)]
 pub struct TcpLink {
     socks: Vec<Sock>,
+    me: u32,
     peer: u32,
     addr: String,
     tx: VecDeque<Op>,
@@ -111,19 +123,81 @@ pub fn tune_socket(stream: &TcpStream) {
     }
 }
 
-fn header(s: usize, n: usize, len: usize) -> [u8; HDR] {
-    let mut h = [0u8; HDR];
-    h[0..4].copy_from_slice(&MSG_MAGIC.to_le_bytes());
-    h[4..6].copy_from_slice(&(s as u16).to_le_bytes());
-    h[6..8].copy_from_slice(&(n as u16).to_le_bytes());
-    h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
-    h
+/// A part's header on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartHeader {
+    /// Whether this is an abort record (then `len` is the reason's length and `tag` carries the
+    /// error kind in its first four bytes).
+    pub abort: bool,
+    /// Socket index of the part.
+    pub sock: u16,
+    /// Socket count of the link.
+    pub socks: u16,
+    /// Length of the whole message (or of the abort reason).
+    pub len: u64,
+    /// The message's operation tag.
+    pub tag: Tag,
+}
+
+impl PartHeader {
+    /// The bytes on the wire.
+    pub fn encode(&self) -> [u8; HDR] {
+        let mut h = [0u8; HDR];
+        let magic = if self.abort { ABORT_MAGIC } else { MSG_MAGIC };
+        h[0..4].copy_from_slice(&magic.to_le_bytes());
+        h[4..6].copy_from_slice(&self.sock.to_le_bytes());
+        h[6..8].copy_from_slice(&self.socks.to_le_bytes());
+        h[8..16].copy_from_slice(&self.len.to_le_bytes());
+        h[16..].copy_from_slice(&self.tag.0);
+        h
+    }
+
+    /// Parses a header; `None` for bytes that are not one (bad magic, socket index not below
+    /// the count, an abort reason longer than this library sends).
+    pub fn decode(h: &[u8]) -> Option<PartHeader> {
+        let h: &[u8; HDR] = h.get(..HDR)?.try_into().ok()?;
+        let abort = match u32::from_le_bytes(h[0..4].try_into().ok()?) {
+            MSG_MAGIC => false,
+            ABORT_MAGIC => true,
+            _ => return None,
+        };
+        let sock = u16::from_le_bytes(h[4..6].try_into().ok()?);
+        let socks = u16::from_le_bytes(h[6..8].try_into().ok()?);
+        let len = u64::from_le_bytes(h[8..16].try_into().ok()?);
+        if sock >= socks || (abort && len > REASON_MAX as u64) {
+            return None;
+        }
+        Some(PartHeader {
+            abort,
+            sock,
+            socks,
+            len,
+            tag: Tag(h[16..].try_into().ok()?),
+        })
+    }
+}
+
+/// The abort record for `why`: header and (truncated) reason.
+fn abort_record(s: usize, n: usize, why: &Error) -> Vec<u8> {
+    let text = &why.msg.as_bytes()[..why.msg.len().min(REASON_MAX)];
+    let mut tag = Tag::default();
+    tag.0[0..4].copy_from_slice(&why.kind.code().to_le_bytes());
+    let h = PartHeader {
+        abort: true,
+        sock: s as u16,
+        socks: n as u16,
+        len: text.len() as u64,
+        tag,
+    };
+    let mut b = h.encode().to_vec();
+    b.extend_from_slice(text);
+    b
 }
 
 impl TcpLink {
-    /// Wraps the connected streams to `peer` (socket `i` of the link is `streams[i]`, in the
-    /// same order on both ends), switching them to non-blocking mode.
-    pub fn new(streams: Vec<TcpStream>, peer: u32) -> Result<TcpLink> {
+    /// Wraps rank `me`'s connected streams to `peer` (socket `i` of the link is `streams[i]`,
+    /// in the same order on both ends), switching them to non-blocking mode.
+    pub fn new(streams: Vec<TcpStream>, me: u32, peer: u32) -> Result<TcpLink> {
         if streams.is_empty() || streams.len() > u16::MAX as usize {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -173,6 +247,7 @@ impl TcpLink {
         };
         Ok(TcpLink {
             socks,
+            me,
             peer,
             addr,
             tx: VecDeque::new(),
@@ -188,27 +263,36 @@ impl TcpLink {
         self.socks.len()
     }
 
-    /// Queues a send.
+    /// Queues a send of a message tagged `tag`.
     ///
     /// # Safety
     /// `ptr` must stay valid for reads of `len` bytes until `idle` is true.
-    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize) {
+    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) {
         self.tx.push_back(Op {
             ptr: ptr as usize,
             len,
             reduce: None,
+            tag,
         });
     }
 
-    /// Queues a receive (with reduction into the destination when `reduce` is given).
+    /// Queues a receive of a message tagged `tag` (with reduction into the destination when
+    /// `reduce` is given).
     ///
     /// # Safety
     /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
-    pub unsafe fn post_recv(&mut self, ptr: *mut u8, len: usize, reduce: Option<ReduceFn>) {
+    pub unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+    ) {
         self.rx.push_back(Op {
             ptr: ptr as usize,
             len,
             reduce,
+            tag,
         });
     }
 
@@ -302,6 +386,32 @@ impl TcpLink {
                 .any(|f| f.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
     }
 
+    /// The tag of a message that has arrived when no receive is posted (read without consuming
+    /// it; an abort record is left for the next receive to report).
+    pub fn peek_tag(&self) -> Option<Tag> {
+        if !self.rx.is_empty() {
+            return None;
+        }
+        for s in &self.socks {
+            let mut h = [0u8; HDR];
+            // SAFETY: reads at most HDR bytes into `h` without consuming or blocking.
+            let r = unsafe {
+                libc::recv(
+                    s.stream.as_raw_fd(),
+                    h.as_mut_ptr().cast(),
+                    HDR,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if r == HDR as isize {
+                if let Some(p) = PartHeader::decode(&h).filter(|p| !p.abort) {
+                    return Some(p.tag);
+                }
+            }
+        }
+        None
+    }
+
     /// The descriptor to poll: the socket, or the link's epoll descriptor when it has several.
     pub fn fd(&self) -> i32 {
         match &self.epoll {
@@ -310,11 +420,17 @@ impl TcpLink {
         }
     }
 
-    /// Drops pending operations and shuts the sockets down so the peer notices at once.
-    pub fn abort(&mut self) {
+    /// Drops pending operations, tells the peer `why` on every socket that stands between two
+    /// messages, and shuts the sockets down so the peer notices at once.
+    pub fn abort(&mut self, why: &Error) {
         self.tx.clear();
         self.rx.clear();
-        for s in &mut self.socks {
+        let n = self.socks.len();
+        for (i, s) in self.socks.iter_mut().enumerate() {
+            if s.tx_done == 0 {
+                // Best effort and never blocking: a full socket buffer only loses the reason.
+                let _ = s.stream.write(&abort_record(i, n, why));
+            }
             let _ = s.stream.shutdown(std::net::Shutdown::Both);
             s.tx_done = 0;
             s.rx_hdr_got = 0;
@@ -394,7 +510,14 @@ impl TcpLink {
                 sock.tx_seq += 1;
                 continue;
             };
-            let hdr = header(s, n, op.len);
+            let hdr = PartHeader {
+                abort: false,
+                sock: s as u16,
+                socks: n as u16,
+                len: op.len as u64,
+                tag: op.tag,
+            }
+            .encode();
             let done = sock.tx_done;
             // SAFETY: post_send's contract keeps the buffer valid.
             let data = unsafe { std::slice::from_raw_parts((op.ptr as *const u8).add(off), len) };
@@ -418,23 +541,68 @@ impl TcpLink {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(any),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io_err("send to", s, e)),
+                Err(e) => {
+                    let e = self.io_err("send to", s, e);
+                    return Err(self.peer_abort(s).unwrap_or(e));
+                }
             }
         }
     }
 
-    fn check_header(&self, s: usize, want_len: usize) -> Result<()> {
-        let h = &self.socks[s].rx_hdr;
-        let magic = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
-        let idx = u16::from_le_bytes(h[4..6].try_into().expect("2 bytes")) as usize;
-        let cnt = u16::from_le_bytes(h[6..8].try_into().expect("2 bytes")) as usize;
-        let len = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-        if magic != MSG_MAGIC || idx != s || cnt != self.socks.len() {
+    /// The reason the peer gave when it aborted, if its abort record is the next thing to read
+    /// on socket `s` (a send that fails because the peer shut the link down finds it there), or
+    /// the disagreement that the header of the peer's next message shows against the receive
+    /// posted for it.
+    #[cold]
+    fn peer_abort(&mut self, s: usize) -> Option<Error> {
+        if self.socks[s].rx_hdr_got != 0 || self.socks[s].rx_got != 0 {
+            return None;
+        }
+        let fd = self.socks[s].stream.as_raw_fd();
+        let mut h = [0u8; HDR];
+        // SAFETY: reads at most HDR bytes into `h` without consuming or blocking.
+        let r = unsafe {
+            libc::recv(
+                fd,
+                h.as_mut_ptr().cast(),
+                HDR,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        let ph = PartHeader::decode(&h).filter(|_| r == HDR as isize)?;
+        if !ph.abort {
+            // A peer that refused this rank's message shuts the link down in the middle of its
+            // own message, where no abort record fits; its header, waiting here, names what it
+            // called, which is the reason.
+            let idx = (self.socks[s].rx_seq - self.rx_base) as usize;
+            let op = self.rx.get(idx)?;
+            return Tag::check(&ph.tag, &op.tag, self.peer, self.me).err();
+        }
+        // SAFETY: consumes the HDR bytes just seen.
+        unsafe { libc::recv(fd, h.as_mut_ptr().cast(), HDR, libc::MSG_DONTWAIT) };
+        Some(self.read_abort(s, &ph, &[]))
+    }
+
+    /// Checks the header of the next message on socket `s` against the receive `op`; `landed`
+    /// is what arrived after the header in the same read (the start of an abort reason).
+    fn check_header(&mut self, s: usize, op: &Op, landed: &[u8]) -> Result<()> {
+        let Some(h) = PartHeader::decode(&self.socks[s].rx_hdr) else {
+            return Err(Error::new(
+                ErrorKind::TcpTransfer,
+                format!("corrupt message header from {}", self.where_(s)),
+            ));
+        };
+        if h.abort {
+            return Err(self.read_abort(s, &h, landed));
+        }
+        if h.sock as usize != s || h.socks as usize != self.socks.len() {
             return Err(Error::new(
                 ErrorKind::TcpTransfer,
                 format!("corrupt message header from {}", self.where_(s)),
             ));
         }
+        Tag::check(&h.tag, &op.tag, self.peer, self.me)?;
+        let (len, want_len) = (h.len, op.len);
         if len != want_len as u64 {
             return Err(Error::new(
                 ErrorKind::Para,
@@ -446,6 +614,44 @@ impl TcpLink {
             ));
         }
         Ok(())
+    }
+
+    /// The peer's abort reason announced by header `h` on socket `s`: `landed` holds its first
+    /// bytes, the rest is read with a short bounded wait (the peer wrote it in one go).
+    #[cold]
+    fn read_abort(&mut self, s: usize, h: &PartHeader, landed: &[u8]) -> Error {
+        let want = h.len as usize;
+        let mut text = landed[..landed.len().min(want)].to_vec();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        let stream = &mut self.socks[s].stream;
+        while text.len() < want && std::time::Instant::now() < deadline {
+            let mut buf = vec![0u8; want - text.len()];
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(k) => text.extend_from_slice(&buf[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let mut p = libc::pollfd {
+                        fd: stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut p, 1, 10) };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let code = u32::from_le_bytes(h.tag.0[0..4].try_into().expect("4 bytes"));
+        let why = Error::new(
+            if code == ErrorKind::Para.code() {
+                ErrorKind::Para
+            } else {
+                ErrorKind::Remote
+            },
+            String::from_utf8_lossy(&text).into_owned(),
+        );
+        super::propagated(why, &self.where_(s))
     }
 
     fn recv_on(&mut self, s: usize) -> Result<bool> {
@@ -509,7 +715,14 @@ impl TcpLink {
             sock.rx_hdr_got += h;
             let payload = k - h;
             if h > 0 && sock.rx_hdr_got == HDR {
-                self.check_header(s, op.len)?;
+                // Where this read's payload bytes went (the start of an abort reason, if any).
+                let landed: *const u8 = match op.reduce {
+                    None => (op.ptr as *const u8).wrapping_add(off + sock.rx_got),
+                    Some(_) => sock.stage.as_ptr().wrapping_add(sock.stage_fill),
+                };
+                // SAFETY: those `payload` bytes were just written there by the read.
+                let landed = unsafe { std::slice::from_raw_parts(landed, payload) };
+                self.check_header(s, &op, landed)?;
             }
             let sock = &mut self.socks[s];
             match &op.reduce {
@@ -540,7 +753,84 @@ impl TcpLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::tag::{OpKind, OpTag};
     use std::net::TcpListener;
+
+    const T: Tag = Tag([0; TAG_LEN]);
+
+    #[test]
+    fn header_roundtrip_and_rejects() {
+        let h = PartHeader {
+            abort: false,
+            sock: 2,
+            socks: 3,
+            len: u64::MAX,
+            tag: OpTag::new(OpKind::Reduce).encode(),
+        };
+        assert_eq!(PartHeader::decode(&h.encode()), Some(h));
+        let bad_index = PartHeader { sock: 3, ..h };
+        assert_eq!(PartHeader::decode(&bad_index.encode()), None);
+        let long_abort = PartHeader { abort: true, ..h };
+        assert_eq!(PartHeader::decode(&long_abort.encode()), None);
+        let mut b = h.encode();
+        b[0] ^= 1;
+        assert_eq!(PartHeader::decode(&b), None);
+        assert_eq!(PartHeader::decode(&h.encode()[..HDR - 1]), None);
+    }
+
+    #[test]
+    fn message_of_another_operation_is_refused() {
+        let (mut a, mut b) = pair(1);
+        let want = OpTag {
+            count: 10,
+            ..OpTag::new(OpKind::AllGather)
+        };
+        let sent = OpTag { count: 11, ..want };
+        let s = [9u8; 64];
+        let mut d = [0u8; 64];
+        unsafe {
+            a.post_send(s.as_ptr(), 64, sent.encode());
+            b.post_recv(d.as_mut_ptr(), 64, None, want.encode());
+        }
+        let e = drive(&mut a, &mut b).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Para);
+        assert!(
+            e.msg.contains("rank 0 called AllGather count=11") && e.msg.contains("rank 1 count=10"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn abort_reason_reaches_the_peer() {
+        for (kind, text) in [
+            (
+                ErrorKind::Para,
+                "operation mismatch: rank 0 called X".to_string(),
+            ),
+            (ErrorKind::Timeout, "x".repeat(REASON_MAX + 100)),
+        ] {
+            let (mut a, mut b) = pair(2);
+            let mut d = vec![0u8; 100];
+            unsafe { b.post_recv(d.as_mut_ptr(), 100, None, T) };
+            a.abort(&Error::new(kind, text.clone()));
+            let t0 = std::time::Instant::now();
+            let e = loop {
+                match b.progress() {
+                    Err(e) => break e,
+                    Ok(_) => assert!(t0.elapsed().as_secs() < 10, "no error"),
+                }
+            };
+            let want = if kind == ErrorKind::Para {
+                ErrorKind::Para
+            } else {
+                ErrorKind::Remote
+            };
+            assert_eq!(e.kind, want, "{e}");
+            assert!(e.msg.contains(&text[..30.min(text.len())]), "{}", e.msg);
+            assert!(e.msg.contains("peer rank 0"), "{}", e.msg);
+        }
+    }
 
     #[test]
     fn parts_cover_each_message_once() {
@@ -585,7 +875,10 @@ mod tests {
             a.push(TcpStream::connect(addr).unwrap());
             b.push(l.accept().unwrap().0);
         }
-        (TcpLink::new(a, 1).unwrap(), TcpLink::new(b, 0).unwrap())
+        (
+            TcpLink::new(a, 0, 1).unwrap(),
+            TcpLink::new(b, 1, 0).unwrap(),
+        )
     }
 
     fn drive(a: &mut TcpLink, b: &mut TcpLink) -> Result<()> {
@@ -626,8 +919,8 @@ mod tests {
             let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&l| vec![0xee; l]).collect();
             for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
                 unsafe {
-                    a.post_send(s.as_ptr(), s.len());
-                    b.post_recv(d.as_mut_ptr(), d.len(), None);
+                    a.post_send(s.as_ptr(), s.len(), T);
+                    b.post_recv(d.as_mut_ptr(), d.len(), None, T);
                 }
             }
             // A reducing receive of u32 words.
@@ -641,8 +934,8 @@ mod tests {
                 elem_size: 4,
             };
             unsafe {
-                a.post_send(src.as_ptr().cast(), words * 4);
-                b.post_recv(acc.as_mut_ptr().cast(), words * 4, Some(red));
+                a.post_send(src.as_ptr().cast(), words * 4, T);
+                b.post_recv(acc.as_mut_ptr().cast(), words * 4, Some(red), T);
             }
             drive(&mut a, &mut b).unwrap();
             assert_eq!(srcs, dsts, "{n} sockets");
@@ -656,8 +949,8 @@ mod tests {
         let s = [1u8; 100];
         let mut d = vec![0u8; 99];
         unsafe {
-            a.post_send(s.as_ptr(), s.len());
-            b.post_recv(d.as_mut_ptr(), d.len(), None);
+            a.post_send(s.as_ptr(), s.len(), T);
+            b.post_recv(d.as_mut_ptr(), d.len(), None, T);
         }
         let e = drive(&mut a, &mut b).unwrap_err();
         assert!(e.msg.contains("sent 100 bytes"), "{}", e.msg);
@@ -668,7 +961,7 @@ mod tests {
         let (mut a, b) = pair(2);
         drop(b);
         let mut d = vec![0u8; 10];
-        unsafe { a.post_recv(d.as_mut_ptr(), 10, None) };
+        unsafe { a.post_recv(d.as_mut_ptr(), 10, None, T) };
         let t0 = std::time::Instant::now();
         let e = loop {
             match a.progress() {

@@ -6,9 +6,11 @@
 //! - [`hccl::comm::world`]: ranks from MPI / torchrun / our launcher's variables, and shipping the root info;
 //! - [`ops`]: buffer layouts and the library calls of each operation;
 //! - [`check`]: input patterns and independently computed expected results;
+//! - [`barrier_order`]: the barrier's check (nobody leaves before the last rank entered);
 //! - [`report`]: the table, progress line, CSV and JSON.
 //!
-//! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`).
+//! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`),
+//! [`simtable`] (`hccl_sim`'s outputs).
 //!
 //! Exit status: 0 when every checked size succeeded, 1 on a failed check or a library error,
 //! 2 on a usage error.
@@ -17,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod barrier_order;
 pub mod check;
 pub mod cli;
 pub mod compress;
@@ -26,6 +29,7 @@ pub mod launcher;
 pub mod ops;
 pub mod plot;
 pub mod report;
+pub mod simtable;
 
 use std::ffi::CStr;
 use std::process::ExitCode;
@@ -187,7 +191,12 @@ impl Plan {
         };
         Plan {
             op,
-            sizes: cli::sweep(&cfg),
+            // A barrier has no size: one row, whatever -b and -e say.
+            sizes: if op == Op::Barrier {
+                vec![0]
+            } else {
+                cli::sweep(&cfg)
+            },
             ranks,
             oracle: Oracle::new(cfg.dtype, pattern, red, ranks),
             checked: cfg.check
@@ -201,10 +210,12 @@ impl Plan {
 
     fn announce(&self) {
         let i = &self.info;
-        let mut s = format!(
-            "{}_test: {}, {} ranks, dtype {}",
-            i.op, i.launch, i.ranks, i.dtype
-        );
+        let mut s = format!("{}_test: {}, {} ranks", i.op, i.launch, i.ranks);
+        if self.op == Op::Barrier {
+            s += ", no payload (one row of size 0)";
+        } else {
+            s += &format!(", dtype {}", i.dtype);
+        }
         if let Some(r) = i.reduce_op {
             s += &format!(", op {r}");
         }
@@ -317,7 +328,10 @@ fn run_rank(
         let mine = t0.elapsed().as_secs_f64() / cfg.iters as f64;
         let slowest = max_over_ranks(mine, comm)?;
         let mut error = None;
-        let result = if let (Some(_), true) = (cfg.compress, cfg.check) {
+        let result = if p.checked && p.op == Op::Barrier {
+            // SAFETY: `comm` is this rank's live communicator; every rank gets here.
+            unsafe { barrier_order::check(rank, p.ranks, comm, p.fault && rank == fault_rank)? }
+        } else if let (Some(_), true) = (cfg.compress, cfg.check) {
             p.oracle.fill_input(rank, 0, &mut send);
             once(&mut send, &mut recv)?;
             let e = compress::rel_l2_error(cfg.dtype, p.ranks, &recv);
@@ -329,7 +343,6 @@ fn run_rank(
                     "rank {rank}: {name} data_size {}: ranks disagree",
                     l.data_size
                 );
-                all_ok = false;
                 CheckResult::Failed
             }
         } else if p.checked {
@@ -354,12 +367,12 @@ fn run_rank(
             if all_true(bad.is_none(), comm)? {
                 CheckResult::Success
             } else {
-                all_ok = false;
                 CheckResult::Failed
             }
         } else {
             CheckResult::Null
         };
+        all_ok &= result != CheckResult::Failed;
         if let Some(r) = rep.as_deref_mut() {
             let mut row = Row::new(
                 l.data_size,

@@ -8,7 +8,7 @@
 //! of one element per rank for the blocked operations), with at least one element.
 //! All-to-all-v sends `block − 1 + (src + dst) mod 3` elements from `src` to `dst`, with a
 //! one-element gap after each block on both sides; its `data_size` is the nominal
-//! `ranks × block`.
+//! `ranks × block`. Barrier moves no data: its one row has `data_size` 0.
 
 use std::os::raw::c_void;
 use std::ptr::null_mut;
@@ -41,11 +41,13 @@ pub enum Op {
     Scatter,
     /// `send_recv_test`: every rank sends to the next and receives from the previous one.
     SendRecv,
+    /// `barrier_test`: no payload, one row of size 0.
+    Barrier,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 9] = [
+    pub const ALL: [Op; 10] = [
         Op::AllReduce,
         Op::AllGather,
         Op::Broadcast,
@@ -55,6 +57,7 @@ impl Op {
         Op::AlltoAllV,
         Op::Scatter,
         Op::SendRecv,
+        Op::Barrier,
     ];
 
     /// The operation's name, as in its binary's name without `_test`.
@@ -69,6 +72,7 @@ impl Op {
             Op::AlltoAllV => "alltoallv",
             Op::Scatter => "scatter",
             Op::SendRecv => "send_recv",
+            Op::Barrier => "barrier",
         }
     }
 
@@ -88,7 +92,7 @@ impl Op {
         match self {
             Op::AllReduce => 2.0 * (n - 1.0) / n,
             Op::AllGather | Op::ReduceScatter | Op::AlltoAll | Op::AlltoAllV => (n - 1.0) / n,
-            Op::Broadcast | Op::Reduce | Op::Scatter | Op::SendRecv => 1.0,
+            Op::Broadcast | Op::Reduce | Op::Scatter | Op::SendRecv | Op::Barrier => 1.0,
         }
     }
 
@@ -157,7 +161,7 @@ impl Layout {
     pub fn new(op: Op, dt: DType, red: RedOp, root: u32, rank: u32, n: u32, bytes: u64) -> Layout {
         let es = dt.size() as u64;
         let blocks = if op.blocked() { n as u64 } else { 1 };
-        let count = if bytes == 0 {
+        let count = if bytes == 0 || op == Op::Barrier {
             0
         } else {
             (bytes / es / blocks).max(1)
@@ -171,7 +175,7 @@ impl Layout {
             Op::ReduceScatter => (whole, count),
             Op::AlltoAll => (whole, whole),
             Op::Scatter => (if rank == root { whole } else { 0 }, count),
-            Op::AlltoAllV => (0, 0),
+            Op::AlltoAllV | Op::Barrier => (0, 0),
         };
         let mut l = Layout {
             op,
@@ -228,7 +232,7 @@ impl Layout {
         match self.op {
             Op::AllReduce => one(Source::Reduced, 0),
             Op::Reduce if me == self.root => one(Source::Reduced, 0),
-            Op::Reduce => Vec::new(),
+            Op::Reduce | Op::Barrier => Vec::new(),
             Op::ReduceScatter => one(Source::Reduced, me as u64 * c),
             Op::Broadcast => one(Source::Copy { src: self.root }, 0),
             Op::Scatter => one(Source::Copy { src: self.root }, me as u64 * c),
@@ -286,6 +290,7 @@ impl Layout {
                 Op::ReduceScatter => api::HcclReduceScatter(s, r, self.count, dt, red, comm, st),
                 Op::Scatter => api::HcclScatter(s, r, self.count, dt, self.root, comm, st),
                 Op::AlltoAll => api::HcclAlltoAll(s, self.count, dt, r, self.count, dt, comm, st),
+                Op::Barrier => api::HcclBarrier(comm, st),
                 Op::AlltoAllV => {
                     let p = |i: usize| self.v[i].as_ptr() as *const c_void;
                     api::HcclAlltoAllV(s, p(0), p(1), dt, r, p(2), p(3), dt, comm, st)

@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
+use serde::Serialize;
+
 /// Outcome of the result check of one size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckResult {
@@ -132,28 +134,36 @@ pub struct Reporter {
     progress: bool,
 }
 
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
+/// The JSON file: the run, then one object per size. serde_json writes a non-finite number
+/// (a zero-time size's bandwidth) as `null`.
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    op: &'a str,
+    dtype: &'a str,
+    reduce_op: Option<&'a str>,
+    root: Option<u32>,
+    ranks: u32,
+    ranks_per_node: Option<u32>,
+    iters: u32,
+    warmup_iters: u32,
+    launch: &'a str,
+    /// The compression method of a compressed run (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compress: Option<&'a str>,
+    rows: Vec<JsonRow>,
 }
 
-fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+#[derive(Serialize)]
+struct JsonRow {
+    data_size: u64,
+    count: u64,
+    aveg_time_us: f64,
+    alg_bandwidth_gbps: f64,
+    bus_bandwidth_gbps: f64,
+    check_result: &'static str,
+    /// Relative L2 error against the exact sum (compressed runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rel_l2_error: Option<f64>,
 }
 
 impl Reporter {
@@ -240,44 +250,35 @@ impl Reporter {
     /// The run as a JSON document.
     pub fn json(&self) -> String {
         let i = &self.info;
-        let opt_str = |o: Option<&str>| o.map_or("null".into(), json_str);
-        let opt_num = |o: Option<u32>| o.map_or("null".into(), |v| v.to_string());
-        let mut s = format!(
-            "{{\n  \"op\": {},\n  \"dtype\": {},\n  \"reduce_op\": {},\n  \"root\": {},\n  \
-             \"ranks\": {},\n  \"ranks_per_node\": {},\n  \"iters\": {},\n  \
-             \"warmup_iters\": {},\n  \"launch\": {},{}\n  \"rows\": [",
-            json_str(i.op),
-            json_str(i.dtype),
-            opt_str(i.reduce_op),
-            opt_num(i.root),
-            i.ranks,
-            opt_num(i.ranks_per_node),
-            i.iters,
-            i.warmup,
-            json_str(&i.launch),
-            i.compress.as_deref().map_or(String::new(), |m| format!(
-                "\n  \"compress\": {},",
-                json_str(m)
-            )),
-        );
-        for (k, r) in self.rows.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"data_size\": {}, \"count\": {}, \"aveg_time_us\": {}, \
-                 \"alg_bandwidth_gbps\": {}, \"bus_bandwidth_gbps\": {}, \"check_result\": {}{}}}",
-                if k == 0 { "" } else { "," },
-                r.data_size,
-                r.count,
-                num(r.time_us),
-                num(r.alg_bw),
-                num(r.bus_bw),
-                json_str(r.check.as_str()),
-                r.error
-                    .map_or(String::new(), |e| format!(", \"rel_l2_error\": {}", num(e)))
-            );
-        }
-        s.push_str("\n  ]\n}\n");
-        s
+        let run = JsonRun {
+            op: i.op,
+            dtype: i.dtype,
+            reduce_op: i.reduce_op,
+            root: i.root,
+            ranks: i.ranks,
+            ranks_per_node: i.ranks_per_node,
+            iters: i.iters,
+            warmup_iters: i.warmup,
+            launch: &i.launch,
+            compress: i.compress.as_deref(),
+            rows: self
+                .rows
+                .iter()
+                .map(|r| JsonRow {
+                    data_size: r.data_size,
+                    count: r.count,
+                    aveg_time_us: r.time_us,
+                    alg_bandwidth_gbps: r.alg_bw,
+                    bus_bandwidth_gbps: r.bus_bw,
+                    check_result: r.check.as_str(),
+                    rel_l2_error: r.error,
+                })
+                .collect(),
+        };
+        // Serializing plain strings and numbers cannot fail.
+        let mut text = serde_json::to_string_pretty(&run).unwrap_or_default();
+        text.push('\n');
+        text
     }
 
     /// Clears the progress line and writes the requested files.
@@ -295,5 +296,76 @@ impl Reporter {
             write(p, self.json())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escapes_text_and_writes_non_finite_numbers_as_null() {
+        let info = RunInfo {
+            op: "all_reduce",
+            dtype: "fp32",
+            reduce_op: Some("sum"),
+            root: None,
+            ranks: 4,
+            ranks_per_node: Some(2),
+            iters: 20,
+            warmup: 5,
+            launch: "hcclrun \"q\" \\ \n\u{1}".into(),
+            compress: None,
+        };
+        let mut rep = Reporter::new(info, 2);
+        rep.row(Row::new(8, 2, 1.5e-6, 1.5, CheckResult::Success));
+        rep.row(Row::new(16, 4, 0.0, 1.5, CheckResult::Null));
+        let text = rep.json();
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(doc["launch"], "hcclrun \"q\" \\ \n\u{1}");
+        assert_eq!(doc["reduce_op"], "sum");
+        assert!(doc["root"].is_null());
+        assert_eq!(doc["ranks_per_node"], 2);
+        assert_eq!(doc["warmup_iters"], 5);
+        let rows = doc["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["data_size"], 8);
+        assert_eq!(rows[0]["count"], 2);
+        assert_eq!(
+            rows[0]["bus_bandwidth_gbps"].as_f64(),
+            Some(8.0 / 1.5e-6 / 1e9 * 1.5)
+        );
+        assert_eq!(rows[1]["aveg_time_us"].as_f64(), Some(0.0));
+        assert_eq!(rows[1]["alg_bandwidth_gbps"].as_f64(), Some(0.0));
+        assert_eq!(rows[1]["check_result"], "NULL");
+        // Non-finite values cannot be written as JSON numbers.
+        rep.rows[1].bus_bw = f64::INFINITY;
+        let doc: serde_json::Value = serde_json::from_str(&rep.json()).expect("valid JSON");
+        assert!(doc["rows"][1]["bus_bandwidth_gbps"].is_null());
+        assert!(doc.get("compress").is_none());
+        assert!(doc["rows"][0].get("rel_l2_error").is_none());
+    }
+
+    #[test]
+    fn json_of_a_compressed_run_names_the_method_and_the_error() {
+        let info = RunInfo {
+            op: "all_reduce",
+            dtype: "fp32",
+            reduce_op: Some("sum"),
+            root: None,
+            ranks: 2,
+            ranks_per_node: None,
+            iters: 1,
+            warmup: 0,
+            launch: "threads".into(),
+            compress: Some("int8:256".into()),
+        };
+        let mut rep = Reporter::new(info, 1);
+        let mut row = Row::new(8, 2, 1e-6, 1.0, CheckResult::Success);
+        row.error = Some(0.25);
+        rep.row(row);
+        let doc: serde_json::Value = serde_json::from_str(&rep.json()).expect("valid JSON");
+        assert_eq!(doc["compress"], "int8:256");
+        assert_eq!(doc["rows"][0]["rel_l2_error"].as_f64(), Some(0.25));
     }
 }

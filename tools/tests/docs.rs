@@ -36,6 +36,7 @@ fn binary(name: &str) -> Option<&'static str> {
         "alltoallv_test" => env!("CARGO_BIN_EXE_alltoallv_test"),
         "scatter_test" => env!("CARGO_BIN_EXE_scatter_test"),
         "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "barrier_test" => env!("CARGO_BIN_EXE_barrier_test"),
         "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
         "hcclrun" => env!("CARGO_BIN_EXE_hcclrun"),
         "hccl_diag" => env!("CARGO_BIN_EXE_hccl_diag"),
@@ -226,7 +227,7 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
 }
 
 /// Names that the code can read or define: string literals of the Rust sources that are exactly
-/// a name, words of the installed headers (C constants), words of the scripts.
+/// a name, words of the installed headers (C constants), words of the scripts (and of `bench/`).
 struct Sources {
     literals: BTreeSet<String>,
     headers: BTreeSet<String>,
@@ -266,6 +267,8 @@ impl Sources {
         files(&root.join("include"), &[".h"], &mut headers);
         let mut scripts = Vec::new();
         files(&root.join("scripts"), &[".sh"], &mut scripts);
+        // The comparison programs and their build script read variables too.
+        files(&root.join("bench"), &[".sh", ".c"], &mut scripts);
         scripts.push(root.join(".ci/run"));
         Sources {
             literals,
@@ -334,7 +337,7 @@ fn owner_of(tok: &str) -> Option<Owner> {
         let name: &'static str = Box::leak(base.to_string().into_boxed_str());
         return Some(Owner::Binary(name, b));
     }
-    let script = if base.ends_with(".sh") {
+    let script = if base.ends_with(".sh") || base.ends_with(".py") {
         repo().join("scripts").join(base)
     } else if tok == ".ci/run" {
         repo().join(tok)

@@ -111,72 +111,6 @@ fn injected_fault_is_reported_as_failed() {
     }
 }
 
-/// A minimal JSON syntax check (objects, arrays, strings, numbers, literals).
-fn json_value(s: &[u8], mut i: usize) -> Result<usize, usize> {
-    let ws = |mut i: usize| {
-        while i < s.len() && s[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        i
-    };
-    i = ws(i);
-    let c = *s.get(i).ok_or(i)?;
-    let end = match c {
-        b'{' | b'[' => {
-            let close = if c == b'{' { b'}' } else { b']' };
-            i = ws(i + 1);
-            if s.get(i) == Some(&close) {
-                return Ok(i + 1);
-            }
-            loop {
-                if c == b'{' {
-                    i = ws(json_value(s, i)?);
-                    if s.get(i) != Some(&b':') {
-                        return Err(i);
-                    }
-                    i += 1;
-                }
-                i = ws(json_value(s, i)?);
-                match s.get(i) {
-                    Some(b',') => i += 1,
-                    Some(&x) if x == close => break i + 1,
-                    _ => return Err(i),
-                }
-            }
-        }
-        b'"' => {
-            i += 1;
-            while *s.get(i).ok_or(i)? != b'"' {
-                i += if s[i] == b'\\' { 2 } else { 1 };
-            }
-            i + 1
-        }
-        b't' | b'f' | b'n' => {
-            let lit: &[u8] = match c {
-                b't' => b"true",
-                b'f' => b"false",
-                _ => b"null",
-            };
-            if !s[i..].starts_with(lit) {
-                return Err(i);
-            }
-            i + lit.len()
-        }
-        _ => {
-            let start = i;
-            while i < s.len() && (s[i].is_ascii_digit() || b"+-.eE".contains(&s[i])) {
-                i += 1;
-            }
-            std::str::from_utf8(&s[start..i])
-                .ok()
-                .and_then(|t| t.parse::<f64>().ok())
-                .ok_or(start)?;
-            i
-        }
-    };
-    Ok(end)
-}
-
 #[test]
 fn csv_and_json_files_are_well_formed() {
     let dir = std::env::temp_dir().join(format!("hccl-tools-test-{}", std::process::id()));
@@ -208,12 +142,20 @@ fn csv_and_json_files_are_well_formed() {
         assert_eq!(f[5].parse::<u64>().unwrap(), r.data_size);
         assert_eq!(f[cols - 1], "success");
     }
-    let j = std::fs::read(&json).unwrap();
-    let end = json_value(&j, 0).unwrap_or_else(|at| panic!("bad JSON at byte {at}"));
-    assert!(j[end..].iter().all(u8::is_ascii_whitespace));
-    let jt = String::from_utf8(j).unwrap();
-    assert_eq!(jt.matches("\"data_size\"").count(), rows.len());
-    assert!(jt.contains("\"op\": \"reduce_scatter\"") && jt.contains("\"ranks\": 2"));
+    let jt = std::fs::read_to_string(&json).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&jt).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{jt}"));
+    assert_eq!(doc["op"], "reduce_scatter", "{jt}");
+    assert_eq!(doc["ranks"], 2, "{jt}");
+    assert_eq!(doc["iters"], 2, "{jt}");
+    assert_eq!(doc["warmup_iters"], 0, "{jt}");
+    let jrows = doc["rows"].as_array().expect("rows");
+    assert_eq!(jrows.len(), rows.len(), "{jt}");
+    for (j, r) in jrows.iter().zip(&rows) {
+        assert_eq!(j["data_size"].as_u64(), Some(r.data_size), "{jt}");
+        assert_eq!(j["check_result"], "success", "{jt}");
+        assert!(j["aveg_time_us"].as_f64().is_some_and(|t| t > 0.0), "{jt}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

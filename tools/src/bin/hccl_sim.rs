@@ -4,21 +4,29 @@
 //! α/β per level) it (1) builds every rank's schedule and checks it symbolically — each output
 //! element holds exactly the right contributions, once each; no step reads data not yet
 //! received; no deadlock — and (2) prints, per message size, each algorithm's predicted time
-//! and bus bandwidth under the α-β model, marking the selector's pick with `*`.
+//! and bus bandwidth under the α-β model, marking the selector's pick with `*`. With
+//! `--topology FILE` (the format of `HCCL_TOPOLOGY_FILE`, see `hccl::algo::fabric`) the times
+//! come from simulating every rank's schedule as flows over NICs shared by each host's ranks
+//! and oversubscribed switch uplinks instead (`--formula`: the selector's closed form of that
+//! model, instant at any scale). `--json` writes the table, `--plot` draws it.
 //!
 //! ```text
 //! hccl_sim [--op allreduce|allgather|reducescatter|broadcast|reduce]
 //!          [--hosts H] [--per-host M] [--algo ring,rhd,...|all]
 //!          [--sizes 8,65536,1M,64M] [--alpha0 US] [--beta0 GBPS] [--peer0 US]
 //!          [--alpha1 US] [--beta1 GBPS] [--peer1 US] [--level0 memory|hostipc|network]
-//!          [--model HCCL_COST_MODEL-TEXT] [--check-count ELEMS] [--no-check]
+//!          [--model HCCL_COST_MODEL-TEXT] [--check-count ELEMS] [--no-check] [--exact]
+//!          [--topology FILE [--formula]] [--json FILE] [--plot FILE.png|FILE.svg]
 //! ```
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use hccl::algo::cost::{predict, CostModel, LinkCost, LinkKind, Shape};
-use hccl::algo::{symbolic, Algo, Coll, Topo};
+use hccl::algo::fabric::Fabric;
+use hccl::algo::{fingerprint, flows, symbolic, Algo, Coll, Topo};
+use hccl_tools::simtable::{Proof, Table};
 
 struct Args {
     op: String,
@@ -29,7 +37,14 @@ struct Args {
     model: CostModel,
     check_count: Option<usize>,
     check: bool,
+    exact: bool,
     memory: bool,
+    /// The topology file's path, text and description.
+    topology: Option<(PathBuf, String, Fabric)>,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+    /// With a topology, price by the selector's closed form instead of simulating flows.
+    formula: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -63,11 +78,18 @@ fn parse_args() -> Result<Args, String> {
             level0: LinkKind::HostIpc.default_cost(),
             level1: LinkKind::Network.default_cost(),
             gamma: 3e9,
+            fabric: None,
         },
         check_count: None,
         check: true,
+        exact: false,
         memory: false,
+        topology: None,
+        json: None,
+        plot: None,
+        formula: false,
     };
+    let mut topology = None;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut val = || it.next().ok_or_else(|| format!("{k} needs a value"));
@@ -125,6 +147,11 @@ fn parse_args() -> Result<Args, String> {
             }
             "--check-count" => a.check_count = Some(parse_size(&val()?)?),
             "--no-check" => a.check = false,
+            "--exact" => a.exact = true,
+            "--topology" => topology = Some(PathBuf::from(val()?)),
+            "--formula" => a.formula = true,
+            "--json" => a.json = Some(PathBuf::from(val()?)),
+            "--plot" => a.plot = Some(PathBuf::from(val()?)),
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown argument {k:?}")),
         }
@@ -133,24 +160,31 @@ fn parse_args() -> Result<Args, String> {
     if n == 0 || n > 65536 {
         return Err(format!("rank count {n} out of range 1..=65536"));
     }
+    // Read once every argument is known, so `--help` anywhere answers without the file.
+    if let Some(path) = topology {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("--topology {}: {e}", path.display()))?;
+        let f = Fabric::parse(&text).map_err(|e| format!("--topology {}: {e}", path.display()))?;
+        a.topology = Some((path, text, f));
+    }
     Ok(a)
 }
 
 /// The operation on `n` ranks moving `bytes` (element size 1).
 fn coll(op: &str, n: u32, bytes: usize) -> Result<Coll, String> {
-    let per = (bytes / n as usize).max(1);
+    coll_of(op, n, bytes, 1)
+}
+
+/// The operation on `n` ranks moving `bytes` in elements of `elem` bytes.
+fn coll_of(op: &str, n: u32, bytes: usize, elem: usize) -> Result<Coll, String> {
+    let count = (bytes / elem).max(1);
+    let per = (count / n as usize).max(1);
     Ok(match op {
-        "allreduce" => Coll::AllReduce { count: bytes },
+        "allreduce" => Coll::AllReduce { count },
         "allgather" => Coll::AllGather { count: per },
         "reducescatter" => Coll::ReduceScatter { count: per },
-        "broadcast" => Coll::Broadcast {
-            count: bytes,
-            root: 0,
-        },
-        "reduce" => Coll::Reduce {
-            count: bytes,
-            root: 0,
-        },
+        "broadcast" => Coll::Broadcast { count, root: 0 },
+        "reduce" => Coll::Reduce { count, root: 0 },
         _ => {
             return Err(format!(
                 "unsupported --op {op:?} (allreduce, allgather, reducescatter, broadcast, reduce)"
@@ -213,6 +247,19 @@ fn main() -> ExitCode {
         show(a.model.level0),
         show(a.model.level1)
     );
+    if let Some((path, _, f)) = &a.topology {
+        println!(
+            "topology {}: {} NIC(s) per host at {:.3} GB/s, latency {:.1} µs, {:?} layout, {} \
+             hosts per leaf, oversubscription {}",
+            path.display(),
+            f.nics,
+            f.nic_bw.unwrap_or(a.model.level1.beta) / 1e9,
+            f.latency.unwrap_or(a.model.level1.alpha) * 1e6,
+            f.layout,
+            f.hosts_per_leaf,
+            f.oversub
+        );
+    }
     let probe = match coll(&a.op, n, a.check_count.unwrap_or(2 * n as usize + 5)) {
         Ok(c) => c,
         Err(e) => {
@@ -226,11 +273,17 @@ fn main() -> ExitCode {
         .copied()
         .filter(|x| x.supports(&probe))
         .collect();
-    let mut failed = false;
+    let mut proofs = Vec::new();
     if a.check {
         for &algo in &algos {
             let t = Instant::now();
-            match symbolic::check(&topo, &|_| probe.clone(), algo, true) {
+            let proof = if a.exact {
+                symbolic::check(&topo, &|_| probe.clone(), algo, true)
+            } else {
+                fingerprint::check(&topo, &|_| probe.clone(), algo, true)
+            };
+            let seconds = t.elapsed().as_secs_f64();
+            match &proof {
                 Ok(r) => println!(
                     "  {:<8} correct ({} steps, {} messages, most sent by one rank {} elements, fixed reduction order: {}) [{:.2?}]",
                     algo.name(),
@@ -240,41 +293,43 @@ fn main() -> ExitCode {
                     if r.order_fixed { "yes" } else { "no" },
                     t.elapsed()
                 ),
-                Err(e) => {
-                    failed = true;
-                    println!("  {:<8} WRONG: {e}", algo.name());
-                }
+                Err(e) => println!("  {:<8} WRONG: {e}", algo.name()),
             }
+            let r = proof.as_ref().cloned().unwrap_or_default();
+            proofs.push(Proof {
+                algo: algo.name().into(),
+                error: proof.err(),
+                steps: r.steps,
+                messages: r.messages,
+                order_fixed: r.order_fixed,
+                seconds,
+            });
         }
     }
-    let sh = Shape::of(&topo);
+    let failed = proofs.iter().any(|p| p.error.is_some());
+    let table = match predict_table(&a, &topo, &algos, proofs) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("hccl_sim: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     print!("\n{:>10}", "size");
     for algo in &algos {
         print!(" {:>22}", algo.name());
     }
     println!();
-    for &bytes in &a.sizes {
-        let c = coll(&a.op, n, bytes).expect("op checked above");
-        let preds: Vec<Option<f64>> = algos
-            .iter()
-            .map(|&x| predict(x, &c, bytes as f64, sh, &a.model, a.memory))
-            .collect();
-        let best = preds
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.map(|p| (i, p)))
-            .min_by(|x, y| x.1.total_cmp(&y.1))
-            .map(|x| x.0);
+    for (row, &bytes) in table.sizes.iter().enumerate() {
         print!("{:>10}", human(bytes));
-        for (i, p) in preds.iter().enumerate() {
+        for (i, p) in table.times[row].iter().enumerate() {
             let cell = match p {
                 Some(t) => {
-                    let bw = bytes as f64 / t * bus_factor(&a.op, n as f64) / 1e9;
+                    let bw = bytes as f64 / t * table.bus_factor / 1e9;
                     format!(
                         "{:.1} us {:.2} GB/s{}",
                         t * 1e6,
                         bw,
-                        if Some(i) == best { "*" } else { " " }
+                        if table.pick[row] == Some(i) { "*" } else { " " }
                     )
                 }
                 None => "-".into(),
@@ -283,10 +338,105 @@ fn main() -> ExitCode {
         }
         println!();
     }
-    println!("\n(time = predicted completion; GB/s = bus bandwidth; * = the selector's pick)");
+    println!(
+        "\n(time = predicted completion ({}); GB/s = bus bandwidth; * = the selector's pick)",
+        table.model
+    );
+    if let Some(p) = &a.json {
+        if let Err(e) = std::fs::write(p, table.to_json()) {
+            eprintln!("hccl_sim: {}: {e}", p.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(p) = &a.plot {
+        if let Err(e) = table.plot(p) {
+            eprintln!("hccl_sim: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Element size of the simulated calls (fp32, as the testers default to).
+const SIM_ELEM: usize = 4;
+
+/// Predicted times of `algos` for every size: from the flow simulation when a topology is
+/// given, else from the α-β formulas; and the selector's pick among all algorithms.
+fn predict_table(
+    a: &Args,
+    topo: &Topo,
+    algos: &[Algo],
+    proofs: Vec<Proof>,
+) -> Result<Table, String> {
+    let n = topo.n();
+    let sh = Shape::of(topo);
+    // Links are all memory only within one host: across hosts communicators use the network
+    // forms (as the selector sees it: `network` is set whenever some peer is remote).
+    let memory = a.memory && a.hosts == 1;
+    let mut model = a.model;
+    model.fabric = a.topology.as_ref().map(|t| t.2);
+    let mut times = Vec::new();
+    let mut pick = Vec::new();
+    for &bytes in &a.sizes {
+        let c = coll(&a.op, n, bytes)?;
+        let row: Vec<Option<f64>> = match &a.topology {
+            Some((_, _, f)) if !a.formula => {
+                let ce = coll_of(&a.op, n, bytes, SIM_ELEM)?;
+                let mut row = Vec::new();
+                for &x in algos {
+                    row.push(
+                        flows::predict(topo, &|_| ce.clone(), x, SIM_ELEM, false, &model, f)
+                            .map_err(|e| format!("{} {}: {e}", x.name(), human(bytes)))?
+                            .time,
+                    );
+                }
+                row.into_iter().map(Some).collect()
+            }
+            _ => algos
+                .iter()
+                .map(|&x| predict(x, &c, bytes as f64, sh, &model, memory))
+                .collect(),
+        };
+        // The selector's choice among every algorithm, shown where it is a column.
+        let chosen = Algo::ALL
+            .into_iter()
+            .filter_map(|x| predict(x, &c, bytes as f64, sh, &model, memory).map(|t| (x, t)))
+            .min_by(|p, q| p.1.total_cmp(&q.1))
+            .map(|p| p.0);
+        pick.push(chosen.and_then(|x| algos.iter().position(|&y| y == x)));
+        times.push(row);
+    }
+    let mut params = vec![
+        ("level0_alpha".to_string(), model.level0.alpha),
+        ("level0_beta".to_string(), model.level0.beta),
+        ("level0_peer".to_string(), model.level0.peer),
+        ("level0_mesh_beta".to_string(), model.level0.mesh_beta),
+        ("level1_alpha".to_string(), model.level1.alpha),
+        ("level1_beta".to_string(), model.level1.beta),
+        ("level1_peer".to_string(), model.level1.peer),
+        ("gamma".to_string(), model.gamma),
+    ];
+    params.retain(|p| p.1.is_finite());
+    Ok(Table {
+        op: a.op.clone(),
+        hosts: a.hosts,
+        per_host: a.per_host,
+        model: match (&a.topology, a.formula) {
+            (Some(_), false) => "flow simulation".into(),
+            (Some(_), true) => "shared-link formulas".into(),
+            (None, _) => "alpha-beta".into(),
+        },
+        params,
+        topology: a.topology.as_ref().map(|t| t.1.clone()),
+        algos: algos.iter().map(|x| x.name().to_string()).collect(),
+        sizes: a.sizes.clone(),
+        times,
+        pick,
+        bus_factor: bus_factor(&a.op, n as f64),
+        proofs,
+    })
 }

@@ -19,6 +19,7 @@ pub fn bin(name: &str) -> String {
         "alltoallv_test" => env!("CARGO_BIN_EXE_alltoallv_test"),
         "scatter_test" => env!("CARGO_BIN_EXE_scatter_test"),
         "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "barrier_test" => env!("CARGO_BIN_EXE_barrier_test"),
         "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
         other => panic!("no binary {other}"),
     }
@@ -40,7 +41,7 @@ pub const BINS: [&str; 9] = [
 
 /// Launcher variables of the surrounding environment (ranks, rendezvous, job ids), which would
 /// otherwise decide the ranks and the job of a tool started by a test.
-pub const LAUNCHER_VARS: [&str; 21] = [
+pub const LAUNCHER_VARS: [&str; 28] = [
     "HCCL_RANK",
     "HCCL_WORLD_SIZE",
     "OMPI_COMM_WORLD_RANK",
@@ -60,6 +61,13 @@ pub const LAUNCHER_VARS: [&str; 21] = [
     "TORCHELASTIC_RUN_ID",
     "SLURM_JOB_ID",
     "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NTASKS_PER_NODE",
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
 ];

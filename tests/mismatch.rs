@@ -1,0 +1,531 @@
+//! Ranks that disagree about an operation (count, reduction operator, data type, kind, root,
+//! point-to-point sizes) get `HCCL_E_PARA` naming both calls, never success with wrong data,
+//! over every link: threads of one process, processes over shared memory, and TCP. After a
+//! mismatch the communicator is broken: the next call fails at once (`HCCL_E_UNAVAIL` on a rank
+//! that saw the mismatch) and destroying it succeeds.
+//!
+//! Every case runs in child processes (one per rank, or one holding every rank as a thread) so
+//! that the logged error text can be checked; each rank prints one `RESULT` line.
+
+mod common;
+
+use common::cases::{p, pm};
+use common::*;
+use hccl::ffi::coll_api::*;
+use hccl::ffi::comm_api::*;
+use hccl::ffi::types::*;
+use std::process::Command;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use HcclResult::*;
+
+const SCENARIO_VAR: &str = "HCCL_TEST_MISMATCH";
+const RANK_VAR: &str = "HCCL_TEST_MISMATCH_RANK";
+const SIZE_VAR: &str = "HCCL_TEST_MISMATCH_SIZE";
+const ROOT_VAR: &str = "HCCL_TEST_MISMATCH_ROOT";
+/// The exec timeout of every case: a mismatch must be reported long before it.
+const EXEC_TIMEOUT_S: u64 = 60;
+
+/// How the ranks reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Links {
+    /// Threads of one process (memory links).
+    Threads,
+    /// One process per rank over shared memory.
+    Shm,
+    /// One process per rank over TCP.
+    Tcp,
+}
+
+/// The (mismatched) call rank `rank` of `n` makes in `scenario`.
+fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
+    let last = rank == n - 1;
+    let big = vec![1u8; 8 << 20];
+    let mut out = vec![0u8; 8 << 20];
+    let (sp, rp) = (p(&big), pm(&mut out));
+    unsafe {
+        match scenario {
+            // One rank 2 Mi elements, the others 1 Mi.
+            "count" => {
+                let count = if last { 2 << 20 } else { 1 << 20 };
+                HcclAllReduce(sp, rp, count, FP32, SUM, comm, null_mut())
+            }
+            "op" => HcclAllReduce(
+                sp,
+                rp,
+                1024,
+                FP32,
+                if last { MAX } else { SUM },
+                comm,
+                null_mut(),
+            ),
+            "dtype" => HcclAllReduce(
+                sp,
+                rp,
+                1024,
+                if last { INT32 } else { FP32 },
+                SUM,
+                comm,
+                null_mut(),
+            ),
+            // The same mismatches after an agreeing call of the same shape (whose plan and tag
+            // a rank reuses when nothing else changes).
+            "op_after_agreeing" | "dtype_after_agreeing" => {
+                let r = HcclAllReduce(sp, rp, 1024, FP32, SUM, comm, null_mut());
+                if r != HCCL_SUCCESS {
+                    return r;
+                }
+                let (dtype, op) = match (last, scenario) {
+                    (false, _) => (FP32, SUM),
+                    (true, "op_after_agreeing") => (FP32, MAX),
+                    (true, _) => (INT32, SUM),
+                };
+                HcclAllReduce(sp, rp, 1024, dtype, op, comm, null_mut())
+            }
+            // Rank 0 broadcasts (as the root) while the others reduce.
+            "kind" => {
+                if rank == 0 {
+                    HcclBroadcast(rp, 1024, FP32, 0, comm, null_mut())
+                } else {
+                    HcclAllReduce(sp, rp, 1024, FP32, SUM, comm, null_mut())
+                }
+            }
+            "root" => HcclBroadcast(
+                rp,
+                1024,
+                FP32,
+                if last { n - 1 } else { 0 },
+                comm,
+                null_mut(),
+            ),
+            // Every rank believes it is the root.
+            "reduce_root" => HcclReduce(sp, rp, 1024, FP32, SUM, rank, comm, null_mut()),
+            // Rank 0 sends 64 elements, rank 1 receives 32.
+            "p2p" => {
+                if rank == 0 {
+                    HcclSend(sp, 64, FP32, 1, comm, null_mut())
+                } else {
+                    HcclRecv(rp, 32, FP32, 0, comm, null_mut())
+                }
+            }
+            "allgatherv" => {
+                let mut counts = vec![4u64; n as usize];
+                if last {
+                    counts[0] = 5;
+                }
+                let displs: Vec<u64> = (0..n as u64).map(|i| i * 8).collect();
+                HcclAllGatherV(
+                    sp,
+                    counts[rank as usize],
+                    rp,
+                    counts.as_ptr() as *const _,
+                    displs.as_ptr() as *const _,
+                    FP32,
+                    comm,
+                    null_mut(),
+                )
+            }
+            _ => panic!("unknown scenario {scenario}"),
+        }
+    }
+}
+
+/// Runs the scenario on one rank: the mismatched call, then a correct AllReduce, then destroy.
+fn rank_body(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> String {
+    let t0 = Instant::now();
+    let code = call(scenario, rank, n, comm);
+    let ms = t0.elapsed().as_millis();
+    let send = [1.0f32; 7];
+    let mut recv = [0f32; 7];
+    let t1 = Instant::now();
+    let next = unsafe {
+        HcclAllReduce(
+            send.as_ptr() as *mut _,
+            recv.as_mut_ptr() as *mut _,
+            7,
+            FP32,
+            SUM,
+            comm,
+            null_mut(),
+        )
+    };
+    let next_ms = t1.elapsed().as_millis();
+    let destroy = unsafe { HcclCommDestroy(comm) };
+    format!(
+        "RESULT rank={rank} code={} ms={ms} next={} next_ms={next_ms} next_sum={} destroy={}",
+        code as u32, next as u32, recv[0], destroy as u32
+    )
+}
+
+/// A child's work: one rank, or every rank as threads.
+fn child() -> bool {
+    let Ok(scenario) = std::env::var(SCENARIO_VAR) else {
+        return false;
+    };
+    let n: u32 = std::env::var(SIZE_VAR).unwrap().parse().unwrap();
+    let ri = root_info_from_bytes(&hex_decode(&std::env::var(ROOT_VAR).unwrap()));
+    let ranks: Vec<u32> = match std::env::var(RANK_VAR) {
+        Ok(r) => vec![r.parse().unwrap()],
+        Err(_) => (0..n).collect(),
+    };
+    let hs: Vec<_> = ranks
+        .into_iter()
+        .map(|r| {
+            let scenario = scenario.clone();
+            std::thread::spawn(move || {
+                let comm = init_rank(n, &ri, r);
+                rank_body(&scenario, r, n, comm)
+            })
+        })
+        .collect();
+    for h in hs {
+        println!("{}", h.join().unwrap());
+    }
+    true
+}
+
+/// One rank's outcome.
+#[derive(Debug)]
+struct Outcome {
+    rank: u32,
+    code: u32,
+    ms: u128,
+    next: u32,
+    next_ms: u128,
+    destroy: u32,
+}
+
+fn parse(line: &str) -> Option<Outcome> {
+    // libtest may print its own words before ours on the same line.
+    let rest = &line[line.find("RESULT ")? + "RESULT ".len()..];
+    let field = |k: &str| -> Option<u128> {
+        rest.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))?
+            .parse()
+            .ok()
+    };
+    Some(Outcome {
+        rank: field("rank")? as u32,
+        code: field("code")? as u32,
+        ms: field("ms")?,
+        next: field("next")? as u32,
+        next_ms: field("next_ms")?,
+        destroy: field("destroy")? as u32,
+    })
+}
+
+/// Runs `scenario` on `n` ranks over `links` (extra `env` for every rank); returns each rank's
+/// outcome and the children's stderr.
+fn run(scenario: &str, n: u32, links: Links, env: &[(&str, &str)]) -> (Vec<Outcome>, String) {
+    let hex = hex_encode(&root_info_bytes(&root_info()));
+    let exe = std::env::current_exe().unwrap();
+    let make = |rank: Option<u32>| {
+        let mut c = Command::new(&exe);
+        c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env(SCENARIO_VAR, scenario)
+            .env(SIZE_VAR, n.to_string())
+            .env(ROOT_VAR, &hex)
+            .env("HCCL_EXEC_TIMEOUT", EXEC_TIMEOUT_S.to_string())
+            .env("HCCL_CONNECT_TIMEOUT", "60")
+            .env("ASCEND_GLOBAL_LOG_LEVEL", "3");
+        if let Some(r) = rank {
+            c.env(RANK_VAR, r.to_string());
+        }
+        if links == Links::Tcp {
+            c.env("HCCL_INTRA_ROCE_ENABLE", "1");
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        spawn_piped(c)
+    };
+    let kids: Vec<Spawned> = match links {
+        Links::Threads => vec![make(None)],
+        Links::Shm | Links::Tcp => (0..n).map(|r| make(Some(r))).collect(),
+    };
+    let budget = Duration::from_secs(EXEC_TIMEOUT_S * 3);
+    let mut outcomes = Vec::new();
+    let mut stderr = String::new();
+    for k in kids {
+        let o = k.finish(budget, Vec::new());
+        assert!(
+            o.success,
+            "{scenario} over {links:?}: child failed (code {:?}):\n{}\n{}",
+            o.code,
+            o.stdout,
+            tail(&o.stderr, 6000)
+        );
+        outcomes.extend(o.stdout.lines().filter_map(parse));
+        stderr.push_str(&o.stderr);
+    }
+    outcomes.sort_by_key(|o| o.rank);
+    assert_eq!(
+        outcomes.len(),
+        n as usize,
+        "{scenario} over {links:?}: not every rank reported:\n{outcomes:?}\n{}",
+        tail(&stderr, 6000)
+    );
+    (outcomes, stderr)
+}
+
+/// Every rank fails with `HCCL_E_PARA` long before the exec timeout, the logs name both calls
+/// (`expect` texts), the next call fails at once, and destroying the communicator succeeds.
+fn expect_all_fail(scenario: &str, n: u32, links: Links, env: &[(&str, &str)], expect: &[&str]) {
+    expect_fail(scenario, n, links, env, expect, &[]);
+}
+
+/// As [`expect_all_fail`], except that the ranks in `may_succeed` may also return success.
+fn expect_fail(
+    scenario: &str,
+    n: u32,
+    links: Links,
+    env: &[(&str, &str)],
+    expect: &[&str],
+    may_succeed: &[u32],
+) {
+    let (outcomes, stderr) = run(scenario, n, links, env);
+    let what = format!("{scenario} on {n} ranks over {links:?}");
+    for o in &outcomes {
+        let ok = o.code == HCCL_E_PARA as u32
+            || (o.code == HCCL_SUCCESS as u32 && may_succeed.contains(&o.rank));
+        assert!(
+            ok,
+            "{what}: rank {} returned {} (want HCCL_E_PARA):\n{outcomes:?}\n{}",
+            o.rank,
+            o.code,
+            tail(&stderr, 6000)
+        );
+        assert!(
+            o.ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
+            "{what}: rank {} took {} ms",
+            o.rank,
+            o.ms
+        );
+        assert_ne!(
+            o.next, HCCL_SUCCESS as u32,
+            "{what}: rank {}: next call",
+            o.rank
+        );
+        assert!(
+            o.next_ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
+            "{what}: rank {}: next call took {} ms",
+            o.rank,
+            o.next_ms
+        );
+        assert_eq!(o.destroy, HCCL_SUCCESS as u32, "{what}: rank {}", o.rank);
+    }
+    for e in expect {
+        assert!(
+            stderr.contains(e),
+            "{what}: the logs do not say {e:?}:\n{}",
+            tail(&stderr, 6000)
+        );
+    }
+    for r in (0..n).filter(|r| !may_succeed.contains(r)) {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(&format!("rank {r}")) && l.contains("operation mismatch")),
+            "{what}: rank {r} logged no mismatch:\n{}",
+            tail(&stderr, 6000)
+        );
+    }
+}
+
+/// The child processes' entry point (does nothing when run as a plain test).
+#[test]
+fn child_entry() {
+    child();
+}
+
+const ALL_LINKS: [Links; 3] = [Links::Threads, Links::Shm, Links::Tcp];
+
+#[test]
+fn count_mismatch_fails_every_rank() {
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "count",
+            2,
+            links,
+            &[],
+            &[
+                "operation mismatch: rank ",
+                "called AllReduce count=",
+                "count=2097152",
+                "count=1048576",
+                "fp32 sum (operation #1)",
+            ],
+        );
+    }
+}
+
+#[test]
+fn operator_mismatch_fails_every_rank() {
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "op",
+            2,
+            links,
+            &[],
+            &["called AllReduce count=1024 fp32 ", " max", " sum"],
+        );
+        expect_all_fail(
+            "op_after_agreeing",
+            2,
+            links,
+            &[],
+            &[
+                "called AllReduce count=1024 fp32 ",
+                " max",
+                " sum",
+                "operation #",
+            ],
+        );
+    }
+}
+
+#[test]
+fn dtype_mismatch_fails_every_rank() {
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "dtype",
+            2,
+            links,
+            &[],
+            &["called AllReduce count=1024 ", "int32", "fp32"],
+        );
+        expect_all_fail(
+            "dtype_after_agreeing",
+            2,
+            links,
+            &[],
+            &["called AllReduce count=1024 ", "int32", "fp32"],
+        );
+    }
+}
+
+#[test]
+fn kind_mismatch_fails_every_rank() {
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "kind",
+            2,
+            links,
+            &[],
+            &[
+                "called Broadcast count=1024 fp32 root=0",
+                "called AllReduce count=1024 fp32 sum",
+            ],
+        );
+    }
+}
+
+#[test]
+fn root_mismatch_fails_every_rank() {
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "root",
+            2,
+            links,
+            &[],
+            &["called Broadcast count=1024 fp32 root="],
+        );
+        expect_all_fail(
+            "reduce_root",
+            2,
+            links,
+            &[],
+            &["called Reduce count=1024 fp32 sum root="],
+        );
+    }
+}
+
+/// The receiver fails naming both sizes; the sender (which receives nothing) may return
+/// success, and its next call fails.
+#[test]
+fn point_to_point_size_mismatch_fails_the_receiver() {
+    for links in ALL_LINKS {
+        expect_fail(
+            "p2p",
+            2,
+            links,
+            &[],
+            &[
+                "rank 0 called Send/Recv of 256 bytes",
+                "rank 1 of 128 bytes",
+            ],
+            &[0],
+        );
+    }
+}
+
+/// Ranks that do not exchange messages with the disagreeing one (a ring, a tree, a V form)
+/// fail too.
+#[test]
+fn ring_schedules_fail_every_rank() {
+    let ring = [("HCCL_ALGO", "level0:NA;level1:ring")];
+    let tree = [("HCCL_ALGO", "allreduce=level0:NA;level1:tree")];
+    for links in ALL_LINKS {
+        expect_all_fail(
+            "count",
+            4,
+            links,
+            &tree,
+            &["called AllReduce count=", "count=2097152", "count=1048576"],
+        );
+        expect_all_fail(
+            "count",
+            4,
+            links,
+            &ring,
+            &["called AllReduce count=", "count=2097152", "count=1048576"],
+        );
+        expect_all_fail(
+            "allgatherv",
+            4,
+            links,
+            &ring,
+            &["called AllGatherV count=4 (counts digest"],
+        );
+    }
+}
+
+/// A Broadcast whose last rank names another root: the ranks that exchange messages with it
+/// fail with `HCCL_E_PARA` at once (no rank waits for the timeout); a rank whose data came only
+/// from agreeing ranks may complete, with correct data, and its next call fails.
+#[test]
+fn broadcast_root_mismatch_on_a_chain() {
+    let chain = [("HCCL_ALGO", "broadcast=level0:NA;level1:ring")];
+    for links in ALL_LINKS {
+        let (outcomes, stderr) = run("root", 4, links, &chain);
+        let what = format!("root on 4 ranks over {links:?}");
+        for o in &outcomes {
+            assert!(
+                o.code == HCCL_E_PARA as u32 || o.code == HCCL_SUCCESS as u32,
+                "{what}: rank {} returned {}:\n{outcomes:?}\n{}",
+                o.rank,
+                o.code,
+                tail(&stderr, 6000)
+            );
+            assert!(
+                o.ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
+                "{what}: {outcomes:?}"
+            );
+            assert_ne!(o.next, HCCL_SUCCESS as u32, "{what}: {outcomes:?}");
+            assert!(
+                o.next_ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
+                "{what}: {outcomes:?}"
+            );
+            assert_eq!(o.destroy, HCCL_SUCCESS as u32, "{what}: {outcomes:?}");
+        }
+        for r in [2, 3] {
+            assert_eq!(outcomes[r].code, HCCL_E_PARA as u32, "{what}: {outcomes:?}");
+        }
+        assert!(
+            stderr.contains("called Broadcast count=1024 fp32 root=3"),
+            "{what}:\n{}",
+            tail(&stderr, 6000)
+        );
+    }
+}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    hccl_tools::main(hccl_tools::Op::Barrier)
+}

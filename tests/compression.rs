@@ -216,7 +216,8 @@ fn error_feedback_keeps_repeated_sums_on_target() {
 /// all ranks, fp32 and fp16/bf16 data, and level1 bytes against the uncompressed hierarchical
 /// AllReduce (`HCCL_ALGO` forces it) within the ratios.
 fn hierarchical_body(r: &Rank) {
-    let count = 1 << 18;
+    // Shards of 2^19 elements: several pipeline pieces (more with a small HCCL_BUFFSIZE).
+    let count = 1 << 20;
     let want = r.shared("exact", r.n, || exact(r.n, 3, count));
     let send = normal(r.rank, 3, count);
     let mut out = vec![0f32; count];
@@ -323,16 +324,17 @@ fn hierarchical_two_hosts_of_threads() {
         run_ranks(4, TIMEOUT, hierarchical_body);
         return;
     }
-    let out = run_self(
-        "hierarchical_two_hosts_of_threads",
-        &[
+    // The default staging budget, and one of 1 MB that makes the pipeline's pieces smaller.
+    for budget in [None, Some("1")] {
+        let mut env = vec![
             ("HCCL_RANK_HOST_MAP", "a,a,b,b"),
             ("HCCL_ALGO", "allreduce=level0:fullmesh;level1:hier"),
-        ],
-        TIMEOUT,
-    );
-    for l in out.stdout.lines().filter(|l| l.contains("BYTES")) {
-        println!("{l}");
+        ];
+        env.extend(budget.map(|b| ("HCCL_BUFFSIZE", b)));
+        let out = run_self("hierarchical_two_hosts_of_threads", &env, TIMEOUT);
+        for l in out.stdout.lines().filter(|l| l.contains("BYTES")) {
+            println!("HCCL_BUFFSIZE={budget:?} {l}");
+        }
     }
 }
 
@@ -453,7 +455,7 @@ fn traced_operations_are_counted() {
     for rank in 0..4 {
         let text = std::fs::read_to_string(dir.join(format!("trace_{rank}.json"))).unwrap();
         assert!(
-            text.contains("compressed-level1-exchange") && text.contains("\"AllReduce\""),
+            text.contains("compressed-pipeline") && text.contains("\"AllReduce\""),
             "rank {rank}'s trace lacks an operation:\n{text}"
         );
     }

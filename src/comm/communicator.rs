@@ -786,11 +786,17 @@ impl Communicator {
                 self.name, self.rank, args.name, c.spec
             ))
         };
-        let plan = compressed::prepare(&self.topo, self.rank, count, args.dtype, &c.spec)
-            .map_err(context)?;
+        let plan = compressed::prepare(
+            &self.topo,
+            self.rank,
+            count,
+            args.dtype,
+            &c.spec,
+            self.cfg.buffer_bytes,
+        );
         let seq = self.next_seq(inner, args)?;
         let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
-        let inbound = plan.inbound(self.rank);
+        let inbound = compressed::inbound(&plan, self.rank);
         let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let start = Instant::now();
@@ -824,7 +830,7 @@ impl Communicator {
                 dtype: args.dtype.name(),
                 count: count as u64,
                 reduce: Some(ReduceOp::Sum.name()),
-                algorithms: &plan.algorithms(),
+                algorithms: &[algo::compressed::ALGO],
                 start,
                 end: Instant::now(),
                 error: r.as_ref().err().map(|e| e.msg.as_str()),

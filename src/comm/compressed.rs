@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::algo::compressed::{self, Owned, Plan};
-use crate::algo::{Schedule, Topo};
+use crate::algo::Topo;
 use crate::base::compress::Spec;
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -32,9 +32,7 @@ pub struct Compressed {
 #[derive(Default)]
 pub struct Workspace {
     blobs: Vec<u8>,
-    x: Vec<f32>,
-    acc: Vec<f32>,
-    scratch: Scratch,
+    kernels: Kernels,
 }
 
 /// Data types a compressed AllReduce accepts.
@@ -68,45 +66,171 @@ pub fn call_tag(count: usize, dtype: DataType, spec: &Spec, seq: u32) -> OpTag {
     }
 }
 
-/// Rank `me`'s plan of a compressed AllReduce of `count` elements of `dtype`; fails with
-/// `NotSupport` for shards beyond what the kernels encode.
-pub fn prepare(topo: &Topo, me: u32, count: usize, dtype: DataType, spec: &Spec) -> Result<Plan> {
+/// Elements of one pipeline piece at most: big enough that per-step costs vanish, small
+/// enough that a 64 MiB call has dozens of pieces to overlap.
+const PIECE_ELEMS: usize = 1 << 18;
+
+/// Rank `me`'s plan of a compressed AllReduce of `count` elements of `dtype`, its blob
+/// workspace within `budget` bytes (`HCCL_BUFFSIZE`) as far as pieces of 1024 elements allow.
+pub fn prepare(
+    topo: &Topo,
+    me: u32,
+    count: usize,
+    dtype: DataType,
+    spec: &Spec,
+    budget: usize,
+) -> Plan {
     let m = spec.method;
     let g = groups(topo, spec);
-    let plan = compressed::plan(&g, me, count, dtype.size(), &|n| blob_len(m, n));
-    if plan.owned.iter().any(|o| o.len > kernels::MAX_ELEMS) {
-        return Err(Error::new(
-            ErrorKind::NotSupport,
-            format!(
-                "compressed AllReduce of {count} elements: shards above {} elements are not \
-                 supported",
-                kernels::MAX_ELEMS
-            ),
-        ));
-    }
-    Ok(plan)
+    compressed::plan(
+        &g,
+        me,
+        count,
+        dtype.size(),
+        &|n| blob_len(m, n),
+        PIECE_ELEMS,
+        budget,
+    )
 }
 
-impl Plan {
-    /// The schedules, in the order they run.
-    fn schedules(&self) -> [&Schedule; 3] {
-        [&self.reduce, &self.exchange, &self.gather]
+/// What rank `me` receives from each peer over all of `plan`'s steps (see
+/// [`identity::inbound`]).
+pub fn inbound(plan: &Plan, me: u32) -> Vec<Inbound> {
+    identity::inbound(me, plan.steps.iter().map(|s| (s, &[][..])))
+}
+
+/// Memory the compression and decoding of pieces use: the worker's own.
+#[derive(Default)]
+pub struct Kernels {
+    x: Vec<f32>,
+    acc: Vec<f32>,
+    scratch: Scratch,
+}
+
+/// Where the pieces' data live during one call (addresses, as the executor takes them).
+#[derive(Clone, Copy)]
+struct Data<'p> {
+    plan: &'p Plan,
+    method: crate::base::compress::Method,
+    dtype: DataType,
+    recv: usize,
+    blobs: usize,
+    residual: Option<usize>,
+}
+
+impl Data<'_> {
+    /// The caller's work of pipeline step `i`.
+    ///
+    /// # Safety
+    /// The output pieces, blob slots and residual ranges this step's work touches must be
+    /// touched by nothing else meanwhile (the plan keeps them apart from the transfers of step
+    /// `i`, see [`crate::algo::compressed`]).
+    unsafe fn work(&self, i: usize, k: &mut Kernels) -> Result<()> {
+        let w = self.plan.work[i];
+        if let Some(t) = w.compress {
+            // SAFETY: forwarded.
+            unsafe { self.compress(t, k) }?;
+        }
+        match w.decode {
+            // SAFETY: forwarded.
+            Some(t) => unsafe { self.decode(t, k) },
+            None => Ok(()),
+        }
     }
 
-    /// What rank `me` receives from each peer (see [`identity::inbound`]).
-    pub fn inbound(&self, me: u32) -> Vec<Inbound> {
-        identity::inbound(me, self.schedules().map(|s| (s, &[][..])))
+    /// Compresses this rank's parts of piece `t` (with error feedback) into its group's slot.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn compress(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        let Kernels { x, scratch, .. } = k;
+        for o in &self.plan.owned[t] {
+            // SAFETY: the piece lies inside `recv`, its level0 sum complete, and nothing else
+            // touches it until its gather step.
+            let x = match unsafe { f32_shard(self.dtype, self.recv, o) } {
+                Some(x) => x,
+                None => {
+                    // SAFETY: as above.
+                    unsafe { load(self.dtype, self.recv, o, x) };
+                    &mut x[..]
+                }
+            };
+            // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call;
+            // pieces are disjoint.
+            let res = self.residual.map(|r| unsafe {
+                std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
+            });
+            if let Some(res) = &res {
+                for (x, r) in x.iter_mut().zip(res.iter()) {
+                    *x += *r;
+                }
+            }
+            // SAFETY: this group's blob of the piece, inside the workspace; its slot is not
+            // in flight during this step.
+            let mine = unsafe {
+                std::slice::from_raw_parts_mut(
+                    (self.blobs + o.slot0 + self.plan.group * o.blob) as *mut u8,
+                    o.blob,
+                )
+            };
+            kernels::compress(self.method, x, mine, scratch);
+            if let Some(res) = res {
+                kernels::residual(self.method, mine, x)?;
+                res.copy_from_slice(x);
+            }
+        }
+        Ok(())
     }
 
-    /// The names of the schedules, for traces.
-    pub fn algorithms(&self) -> Vec<&'static str> {
-        self.schedules().iter().map(|s| s.algo).collect()
+    /// Decodes every group's blob of this rank's parts of piece `t`, in group order, into the
+    /// output.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn decode(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        for o in &self.plan.owned[t] {
+            // fp32 output is the accumulator itself; other types go through `acc`.
+            // SAFETY: the piece lies inside `recv`, which nothing else touches meanwhile.
+            let direct = unsafe { f32_shard(self.dtype, self.recv, o) };
+            let is_direct = direct.is_some();
+            let acc = match direct {
+                Some(a) => a,
+                None => {
+                    k.acc.resize(o.len, 0.0);
+                    &mut k.acc[..o.len]
+                }
+            };
+            for gi in 0..self.plan.groups {
+                // SAFETY: group gi's blob of the piece, received in an earlier step.
+                let blob = unsafe {
+                    std::slice::from_raw_parts(
+                        (self.blobs + o.slot0 + gi * o.blob) as *const u8,
+                        o.blob,
+                    )
+                };
+                let r = if gi == 0 {
+                    kernels::decompress_set(self.method, blob, acc)
+                } else {
+                    kernels::decompress_add(self.method, blob, acc)
+                };
+                r.map_err(|e| e.context(format!("block of group {gi}, piece {t}")))?;
+            }
+            if !is_direct {
+                // SAFETY: the piece lies inside `recv`.
+                unsafe { store(self.dtype, &k.acc[..o.len], self.recv, o) };
+            }
+        }
+        Ok(())
     }
 }
 
 /// Runs one compressed AllReduce planned by [`prepare`] from `send` to `recv`, its messages
 /// tagged with `tags` (see [`call_tag`]), appending a step trace to `log` when given; returns
 /// the traffic it moved.
+///
+/// The pipeline's transfers run on the calling thread; with more than one piece the
+/// compression and decoding run on a helper thread at the same time (see
+/// [`crate::algo::compressed`]), step by step in lock-step with the transfers.
 ///
 /// Every result depends on every rank (as in a plain AllReduce), so no notices are needed: a
 /// rank completes only after data of every rank reached it through ranks that checked its tag.
@@ -129,108 +253,146 @@ pub unsafe fn run(
     mut log: Option<&mut Vec<StepTrace>>,
 ) -> Result<Traffic> {
     let me = ep.rank();
-    let m = c.spec.method;
     ws.blobs.resize(plan.workspace, 0);
+    let data = Data {
+        plan,
+        method: c.spec.method,
+        dtype,
+        recv,
+        blobs: ws.blobs.as_mut_ptr() as usize,
+        residual: c.residual,
+    };
     let red = executor::reduce_fn(dtype, ReduceOp::Sum);
     let bufs = Buffers {
         send,
         recv,
         scratch: 0,
-        ext: vec![ws.blobs.as_mut_ptr() as usize],
+        ext: vec![data.blobs],
     };
-    // SAFETY: the spans of the level0 schedules lie inside `send`/`recv` (count elements),
-    // those of the exchange inside the workspace just sized to `plan.workspace`.
-    unsafe {
-        executor::run_traced(
-            ep,
-            &plan.reduce,
-            &bufs,
-            Some(red),
-            deadline,
-            tags,
-            &[],
-            log.as_deref_mut(),
-        )
-    }?;
-    for o in &plan.owned {
-        // SAFETY: the shard lies inside `recv`, filled by the reduce step; nothing else touches
-        // it until the gather step.
-        let x = match unsafe { f32_shard(dtype, recv, o) } {
-            Some(x) => x,
-            None => {
-                // SAFETY: as above.
-                unsafe { load(dtype, recv, o, &mut ws.x) };
-                &mut ws.x[..]
-            }
-        };
-        // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call.
-        let res = c.residual.map(|r| unsafe {
-            std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
-        });
-        if let Some(res) = &res {
-            for (x, r) in x.iter_mut().zip(res.iter()) {
-                *x += *r;
-            }
+    let mut transfer = |i: usize| {
+        // SAFETY: the step's spans lie inside `send`/`recv` (count elements) and the workspace
+        // just sized to `plan.workspace`; the concurrent work of this step touches none of them.
+        unsafe {
+            executor::run_traced(
+                ep,
+                &plan.steps[i],
+                &bufs,
+                Some(red),
+                deadline,
+                tags,
+                &[],
+                log.as_deref_mut(),
+            )
         }
-        let mine = &mut ws.blobs[o.slot0 + plan.group * o.blob..][..o.blob];
-        kernels::compress(m, x, mine, &mut ws.scratch);
-        if let Some(res) = res {
-            kernels::residual(m, mine, x)?;
-            res.copy_from_slice(x);
+    };
+    let kern = &mut ws.kernels;
+    let worked = if plan.owned.len() < 2 {
+        (0..plan.steps.len()).try_for_each(|i| {
+            transfer(i)?;
+            // SAFETY: step i's transfers are complete; nothing else runs.
+            unsafe { data.work(i, kern) }.map_err(Failure::Work)
+        })
+    } else {
+        pipelined(&data, kern, &mut transfer)
+    };
+    match worked {
+        Ok(()) => {}
+        Err(Failure::Transfer(e)) => return Err(e),
+        Err(Failure::Work(e)) => {
+            // Peers must not finish with data this rank could not produce: breaking the links
+            // makes every rank's call fail.
+            let e = e.context(format!("rank {me}"));
+            ep.abort(&e);
+            return Err(e);
         }
     }
-    // SAFETY: as above.
-    unsafe {
-        executor::run_traced(
-            ep,
-            &plan.exchange,
-            &bufs,
-            None,
-            deadline,
-            tags,
-            &[],
-            log.as_deref_mut(),
-        )
-    }?;
-    for o in &plan.owned {
-        // fp32 output is the accumulator itself; other types go through `acc`.
-        // SAFETY: the shard lies inside `recv`, which nothing else touches meanwhile.
-        let direct = unsafe { f32_shard(dtype, recv, o) };
-        let is_direct = direct.is_some();
-        let acc = match direct {
-            Some(a) => a,
-            None => {
-                ws.acc.resize(o.len, 0.0);
-                &mut ws.acc[..o.len]
-            }
-        };
-        for gi in 0..plan.groups {
-            let blob = &ws.blobs[o.slot0 + gi * o.blob..][..o.blob];
-            let r = if gi == 0 {
-                kernels::decompress_set(m, blob, acc)
-            } else {
-                kernels::decompress_add(m, blob, acc)
-            };
-            if let Err(e) = r {
-                // Peers must not finish with data this rank could not produce: breaking the
-                // links makes every rank's call fail.
-                let e = e.context(format!("rank {me}: block of group {gi}"));
-                ep.abort(&e);
-                return Err(e);
-            }
-        }
-        if !is_direct {
-            // SAFETY: the shard lies inside `recv`.
-            unsafe { store(dtype, &ws.acc[..o.len], recv, o) };
-        }
-    }
-    // SAFETY: as above.
-    unsafe { executor::run_traced(ep, &plan.gather, &bufs, None, deadline, tags, &[], log) }?;
     Ok(plan
-        .schedules()
-        .into_iter()
+        .steps
+        .iter()
         .map(|s| Traffic::of(s, me, topo))
         .fold(Traffic::default(), Traffic::plus))
+}
+
+/// Why a call stopped: its transfers failed (the executor aborted the links), or its own
+/// decoding did (the links are still up).
+enum Failure {
+    Transfer(Error),
+    Work(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Transfer(e)
+    }
+}
+
+/// Runs the steps with their work on a helper thread: step i's transfers here while the helper
+/// does step i's work, both finished before step i + 1.
+fn pipelined(
+    data: &Data,
+    kern: &mut Kernels,
+    transfer: &mut dyn FnMut(usize) -> Result<()>,
+) -> std::result::Result<(), Failure> {
+    use std::sync::mpsc;
+    std::thread::scope(|s| {
+        let (jobs, job_rx) = mpsc::channel::<usize>();
+        let (done_tx, done) = mpsc::channel::<Result<()>>();
+        let helper = std::thread::Builder::new()
+            .name("hccl-compress".into())
+            .spawn_scoped(s, move || {
+                for i in job_rx {
+                    // SAFETY: the plan keeps step i's work apart from step i's transfers, and
+                    // the caller waits for this job before it starts step i + 1.
+                    let r = unsafe { data.work(i, kern) };
+                    let stop = r.is_err();
+                    if done_tx.send(r).is_err() || stop {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| {
+                Failure::Work(Error::new(
+                    ErrorKind::Syscall,
+                    format!("cannot start the compression thread: {e}"),
+                ))
+            })?;
+        let lost = || {
+            Failure::Work(Error::new(
+                ErrorKind::Internal,
+                "the compression thread stopped unexpectedly",
+            ))
+        };
+        let mut out = Ok(());
+        for i in 0..data.plan.steps.len() {
+            if jobs.send(i).is_err() {
+                out = Err(lost());
+                break;
+            }
+            let moved = transfer(i);
+            // The helper's job must end before the buffers it uses can be reused or freed.
+            let worked = done.recv();
+            match (moved, worked) {
+                (Err(e), _) => {
+                    out = Err(Failure::Transfer(e));
+                    break;
+                }
+                (Ok(()), Ok(Ok(()))) => {}
+                (Ok(()), Ok(Err(e))) => {
+                    out = Err(Failure::Work(e));
+                    break;
+                }
+                (Ok(()), Err(_)) => {
+                    out = Err(lost());
+                    break;
+                }
+            }
+        }
+        drop(jobs);
+        if helper.join().is_err() && out.is_ok() {
+            out = Err(lost());
+        }
+        out
+    })
 }
 
 /// Shard `o` of `buf` as f32 values in place, when the data are fp32 and aligned.

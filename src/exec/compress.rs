@@ -493,7 +493,7 @@ pub fn kernel_description() -> &'static str {
 /// Work memory of top-k selection, kept between calls.
 #[derive(Default)]
 pub struct Scratch {
-    keys: Vec<u32>,
+    hist: Vec<usize>,
 }
 
 /// Encodes `x` with method `m` into `out` (exactly [`blob_len`]`(m, x.len())` bytes).
@@ -526,8 +526,7 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
             if kk == 0 {
                 return;
             }
-            let t = kth_largest_magnitude(x, kk, scratch);
-            let above = x.iter().filter(|v| v.to_bits() & 0x7fff_ffff > t).count();
+            let (t, above) = kth_largest_magnitude(x, kk, scratch);
             let mut ties = kk - above;
             let (idx, val) = body.split_at_mut(4 * kk);
             let mut slots = idx.chunks_exact_mut(4).zip(val.chunks_exact_mut(4));
@@ -547,31 +546,42 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
     }
 }
 
-/// The magnitude bits of the `kk`-th largest |x| (1 ≤ kk ≤ x.len()): a histogram of the top
-/// 11 bits finds the bucket holding it, and only that bucket's elements are selected among.
-fn kth_largest_magnitude(x: &[f32], kk: usize, scratch: &mut Scratch) -> u32 {
-    const SHIFT: u32 = 20;
-    let mut hist = vec![0usize; 1 << (31 - SHIFT)];
-    for &v in x {
-        hist[((v.to_bits() & 0x7fff_ffff) >> SHIFT) as usize] += 1;
+/// The magnitude bits of the `kk`-th largest |x| (1 ≤ kk ≤ x.len()), and how many elements
+/// are strictly larger: a radix selection on the 31 magnitude bits, 11 + 11 + 9 bits a pass.
+/// Each pass counts, among the elements whose higher bits equal the prefix found so far, the
+/// values of the next bits, and keeps the bucket holding the kk-th largest. Three streaming
+/// passes whatever the data (many equal values included, as in test patterns), with no copy.
+fn kth_largest_magnitude(x: &[f32], kk: usize, scratch: &mut Scratch) -> (u32, usize) {
+    const PASSES: [(u32, u32); 3] = [(20, 11), (9, 11), (0, 9)];
+    let hist = &mut scratch.hist;
+    let mut prefix = 0u32;
+    let mut above = 0usize;
+    for (i, &(shift, bits)) in PASSES.iter().enumerate() {
+        hist.clear();
+        hist.resize(1 << bits, 0);
+        let mask = (1u32 << bits) - 1;
+        // Bits above this pass's, which must equal the prefix found so far.
+        let high = shift + bits;
+        if i == 0 {
+            for &v in x {
+                hist[((v.to_bits() & 0x7fff_ffff) >> shift) as usize] += 1;
+            }
+        } else {
+            for &v in x {
+                let a = v.to_bits() & 0x7fff_ffff;
+                if a >> high == prefix {
+                    hist[((a >> shift) & mask) as usize] += 1;
+                }
+            }
+        }
+        let mut bucket = hist.len() - 1;
+        while above + hist[bucket] < kk {
+            above += hist[bucket];
+            bucket -= 1;
+        }
+        prefix = (prefix << bits) | bucket as u32;
     }
-    let mut above = 0;
-    let mut bucket = hist.len() - 1;
-    while above + hist[bucket] < kk {
-        above += hist[bucket];
-        bucket -= 1;
-    }
-    let need = kk - above;
-    let keys = &mut scratch.keys;
-    keys.clear();
-    let b = bucket as u32;
-    keys.extend(
-        x.iter()
-            .map(|v| v.to_bits() & 0x7fff_ffff)
-            .filter(|a| a >> SHIFT == b),
-    );
-    let len = keys.len();
-    *keys.select_nth_unstable(len - need).1
+    (prefix, above)
 }
 
 /// Adds the values `blob` encodes (method `m`, `acc.len()` elements) into `acc`, after checking
@@ -821,6 +831,31 @@ mod tests {
             .map(|i| x[i].abs())
             .fold(0.0, f32::max);
         assert!(kept_min >= dropped_max);
+    }
+
+    /// Data the radix selection must look into every pass for: few distinct magnitudes (test
+    /// patterns), and magnitudes that differ only in their lowest mantissa bits.
+    #[test]
+    fn topk_matches_the_reference_on_repetitive_and_close_values() {
+        let mut s = Scratch::default();
+        let few: Vec<f32> = (0..5000).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
+        let close: Vec<f32> = (0..5000u32)
+            .map(|i| {
+                f32::from_bits(0x4000_0000 + i.wrapping_mul(2_654_435_761) % 1024)
+                    * if i % 3 == 0 { -1.0 } else { 1.0 }
+            })
+            .collect();
+        for x in [few, close] {
+            for ratio in [0.001, 0.01, 0.37, 1.0] {
+                let m = Method::TopK { ratio };
+                let mut blob = vec![0u8; blob_len(m, x.len())];
+                compress(m, &x, &mut blob, &mut s);
+                let mut dec = vec![0f32; x.len()];
+                decompress_add(m, &blob, &mut dec).unwrap();
+                let want: Vec<f32> = reference(m, &x).iter().map(|d| 0.0 + d).collect();
+                assert!(same_bits(&dec, &want), "ratio {ratio}");
+            }
+        }
     }
 
     #[test]

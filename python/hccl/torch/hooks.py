@@ -11,8 +11,20 @@ in float32, so every rank ends with the same averaged gradient, bit for bit. Onl
     state = hooks.CompressionState(process_group=None)     # the default group
     ddp.register_comm_hook(state, hooks.int8_hook)         # or fp16_hook, bf16_hook, topk_hook
 
-``CompressionState(block=256, ratio=0.01, error_feedback=True)``: ``block`` is the number of
-elements sharing an int8 scale, ``ratio`` the share of elements top-k sends.
+``CompressionState(block=256, ratio=0.01, error_feedback=True, momentum=0.0)``: ``block`` is
+the number of elements sharing an int8 scale, ``ratio`` the share of elements top-k sends.
+
+``momentum`` (DGC-style momentum correction, for SGD with momentum): the hook keeps a velocity
+per bucket, ``u = momentum * u + grad``, and compresses ``u`` (plus the error-feedback residual)
+instead of the raw gradient; with top-k, the velocity is zeroed where elements were sent, so
+momentum does not keep pushing values the other ranks already applied. Use it with the
+optimizer's own momentum off (``SGD(momentum=0)``): the averaged result already carries the
+momentum. Without it, top-k with error feedback under an optimizer's momentum applies delayed
+residuals with momentum and drifts away from the uncompressed run. ::
+
+    state = hooks.CompressionState(ratio=0.01, momentum=0.9)
+    ddp.register_comm_hook(state, hooks.topk_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)                 # no momentum here
 """
 
 import math
@@ -40,16 +52,21 @@ class CompressionState:
         block: int = 256,
         ratio: float = 0.01,
         error_feedback: bool = True,
+        momentum: float = 0.0,
     ) -> None:
         if not isinstance(block, int) or not 1 <= block <= 65536:
             raise ValueError(f"block must be an integer in 1..65536, not {block!r}")
         if not (0.0 < ratio <= 1.0):
             raise ValueError(f"ratio must be in (0, 1], not {ratio!r}")
+        if not (0.0 <= momentum < 1.0):
+            raise ValueError(f"momentum must be in [0, 1), not {momentum!r}")
         self.process_group = process_group
         self.block = block
         self.ratio = ratio
         self.error_feedback = error_feedback
+        self.momentum = momentum
         self.residuals: Dict[int, torch.Tensor] = {}
+        self.velocities: Dict[int, torch.Tensor] = {}
 
     def _residual(self, index: int, like: torch.Tensor) -> Optional[torch.Tensor]:
         if not self.error_feedback:
@@ -61,6 +78,15 @@ class CompressionState:
             r = torch.zeros_like(like, dtype=torch.float32)
             self.residuals[index] = r
         return r
+
+    def _velocity(self, index: int, like: torch.Tensor) -> Optional[torch.Tensor]:
+        if self.momentum == 0.0:
+            return None
+        u = self.velocities.get(index)
+        if u is None or u.shape != like.shape:
+            u = torch.zeros_like(like, dtype=torch.float32)
+            self.velocities[index] = u
+        return u
 
 
 # Codecs: encode(x, state) -> uint8 payload (the same length on every rank for the same bucket);
@@ -123,7 +149,7 @@ def _topk_decode(p: torch.Tensor, n: int, state: CompressionState) -> torch.Tens
 
 
 
-def _hook(codec: tuple, name: str, doc: str) -> Callable:
+def _hook(codec: tuple, name: str, doc: str, sparse: bool = False) -> Callable:
     encode, decode = codec
 
     # Real (not postponed) annotations: DDP checks them against dist.GradBucket and
@@ -139,12 +165,21 @@ def _hook(codec: tuple, name: str, doc: str) -> Callable:
                 f"compression hooks take float32 CPU gradients, not {grad.dtype} on {grad.device}"
             )
         x = grad.detach().clone()
+        velocity = state._velocity(bucket.index(), x)
+        if velocity is not None:
+            velocity.mul_(state.momentum).add_(x)
+            x.copy_(velocity)
         residual = state._residual(bucket.index(), x)
         if residual is not None:
             x.add_(residual)
         payload = encode(x, state).contiguous()
-        if residual is not None:
-            residual.copy_(x - decode(payload, x.numel(), state))
+        if residual is not None or (velocity is not None and sparse):
+            sent = decode(payload, x.numel(), state)
+            if residual is not None:
+                residual.copy_(x - sent)
+            if velocity is not None and sparse:
+                # Momentum factor masking: what was sent stops accumulating momentum here.
+                velocity.masked_fill_(sent != 0, 0.0)
         parts: List[torch.Tensor] = [torch.empty_like(payload) for _ in range(world)]
         fut = dist.all_gather(parts, payload, group=group, async_op=True).get_future()
 
@@ -169,4 +204,5 @@ bf16_hook = _hook(_half_codec(torch.bfloat16), "bf16_hook",
 int8_hook = _hook((_int8_encode, _int8_decode), "int8_hook",
                   "Gradients as int8 with one float32 scale (absmax / 127) per state.block elements.")
 topk_hook = _hook((_topk_encode, _topk_decode), "topk_hook",
-                  "The state.ratio share of gradient elements of largest magnitude, as (index, value).")
+                  "The state.ratio share of gradient elements of largest magnitude, as (index, value).",
+                  sparse=True)

@@ -3,6 +3,8 @@
 #   PREFIX/include/{hccl,acl}/*.h       C headers
 #   PREFIX/lib64/libhccl.{so,a}         HCCL
 #   PREFIX/lib64/libascendcl.{so,a}     host ACL runtime
+#   PREFIX/lib64/libhccl_net_ofi.so     libfabric net plugin, found beside libhccl.so (built
+#                                       only where libfabric's headers are installed)
 #   PREFIX/lib64/pkgconfig/{hccl,ascendcl}.pc            pkg-config packages
 #   PREFIX/lib64/cmake/hccl/hcclConfig{,Version}.cmake   find_package(hccl CONFIG): imported
 #                                       targets hccl::hccl and ascendcl::ascendcl (the same
@@ -39,6 +41,13 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 
 cd "$root"
 cargo build "${cargo_profile[@]}" --target-dir "$target" -p hccl -p ascendcl -p hccl-tools
+plugin=0
+if [ -f /usr/include/rdma/fabric.h ] || pkg-config --exists libfabric 2>/dev/null; then
+    cargo build "${cargo_profile[@]}" --target-dir "$target" -p hccl-net-ofi
+    plugin=1
+else
+    echo "install: libfabric headers not found (Debian: libfabric-dev): no net plugin, level1 uses TCP" >&2
+fi
 build="$target/$outdir"
 
 mkdir -p "$prefix"
@@ -50,6 +59,7 @@ for lib in libhccl libascendcl; do
     install -m 0755 "$build/$lib.so" "$prefix/lib64/"
     install -m 0644 "$build/$lib.a" "$prefix/lib64/"
 done
+[ "$plugin" = 0 ] || install -m 0755 "$build/libhccl_net_ofi.so" "$prefix/lib64/"
 # Every binary the tools crate defines (src/bin/<name>.rs or src/bin/<name>/main.rs).
 tools=0
 for src in tools/src/bin/*.rs tools/src/bin/*/main.rs; do
@@ -89,4 +99,4 @@ export PKG_CONFIG_PATH="$prefix/lib64/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG
 export CMAKE_PREFIX_PATH="$prefix\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
 EOF
 chmod 0644 "$prefix/set_env.sh"
-echo "installed ($profile) into $prefix: headers, 4 libraries, pkg-config and CMake packages, $tools tools; next: source $prefix/set_env.sh"
+echo "installed ($profile) into $prefix: headers, $((4 + plugin)) libraries, pkg-config and CMake packages, $tools tools; next: source $prefix/set_env.sh"

@@ -14,6 +14,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # The Slurm test starts its own munged, slurmctld and slurmd (sbin: not always in PATH).
 { [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] && command -v srun; } >/dev/null 2>&1 || need+=(slurmd slurmctld slurm-client munge)
+# The libfabric net plugin (net-ofi/) builds against libfabric's headers; its benchmark and the
+# verbs probe use fi_pingpong and fi_info.
+{ [ -f /usr/include/rdma/fabric.h ] && command -v fi_info; } >/dev/null 2>&1 || need+=(libfabric-dev libfabric-bin)
 # A second, independent PNG inflater for the plot test (zlib is part of CPython).
 python3 -c "import zlib" >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then

@@ -9,5 +9,6 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo test --workspace
+fi_info -p verbs >/dev/null 2>&1 || echo "SKIPPED: net plugin over the verbs provider (fi_info -p verbs finds no RDMA device)"
 scripts/python_tests.sh
 scripts/fuzz.sh 20

@@ -6,7 +6,7 @@
 //! - [`comm`]: communicators (bootstrap, configuration, handles, groups);
 //! - [`algo`]: collective algorithms as schedules, and their selection;
 //! - [`exec`]: running schedules, reduction kernels;
-//! - [`transport`]: links between ranks (memory, TCP);
+//! - [`transport`]: links between ranks (one interface; memory, shared memory, TCP);
 //! - [`base`]: data types, errors, environment, topology.
 
 // Every unsafe operation sits in an `unsafe {}` block that says why it is sound.
@@ -17,9 +17,6 @@ pub mod base;
 pub mod comm;
 pub mod exec;
 pub mod ffi;
-// The links' raw-memory code predates the unsafe hygiene lints; they are switched on for it as
-// each link moves behind a common link interface.
-#[allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod transport;
 
 /// Visible skips for the unit tests (shared with the integration tests).

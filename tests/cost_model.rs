@@ -2,41 +2,15 @@
 //! choice, bad values fail init, and `HCCL_COST_CALIBRATE=1` measures the links at init and
 //! gives every rank the same figures (so all ranks still choose alike).
 
-use std::collections::HashMap;
-
 use hccl::algo::cost::{CostModel, LinkKind};
 use hccl::algo::{Algo, Coll};
 use hccl::base::dtype::{DataType, ReduceOp};
-use hccl::base::env::EnvConfig;
 use hccl::base::error::ErrorKind;
-use hccl::comm::communicator::{create_root_info, Communicator, OpArgs};
-use hccl::comm::config::{CommConfig, Overrides};
+use hccl::comm::communicator::OpArgs;
 
-fn config(pairs: &[(&str, &str)]) -> hccl::base::error::Result<CommConfig> {
-    let mut map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    map.insert("HCCL_CONNECT_TIMEOUT".into(), "30".into());
-    map.insert("HCCL_EXEC_TIMEOUT".into(), "60".into());
-    let env = EnvConfig::from_lookup(|k| map.get(k).cloned())?;
-    CommConfig::merge(&Overrides::default(), &env)
-}
-
-/// `n` ranks as threads of this process, joined through a root info.
-fn comms(n: u32, cfg: CommConfig) -> Vec<Communicator> {
-    let info = create_root_info(&cfg.env).expect("root info");
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let cfg = cfg.clone();
-            std::thread::spawn(move || Communicator::init_root_info(n, &info, r, cfg))
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().expect("init thread").expect("init"))
-        .collect()
-}
+#[path = "common/native.rs"]
+mod native;
+use native::{comms, config};
 
 const BIG: Coll = Coll::AllReduce { count: 16 << 20 };
 

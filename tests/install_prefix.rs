@@ -108,6 +108,9 @@ fn prefix_is_laid_out_like_cann_and_set_env_exports_it() {
         "lib64/libhccl.a",
         "lib64/libascendcl.so",
         "lib64/libascendcl.a",
+        // setup.sh installs libfabric's headers, so the net plugin is built and installed.
+        "lib64/libhccl_net_ofi.so",
+        "include/hccl/hccl_net.h",
         "bin/all_reduce_test",
         "bin/hccl_bench",
         "set_env.sh",
@@ -128,6 +131,11 @@ fn prefix_is_laid_out_like_cann_and_set_env_exports_it() {
     assert!(
         !out.contains("libascendcl"),
         "libhccl.so needs libascendcl.so:\n{out}"
+    );
+    // The plugin is loaded at run time: libfabric is no dependency of libhccl.so.
+    assert!(
+        !out.contains("libfabric"),
+        "libhccl.so needs libfabric:\n{out}"
     );
 }
 

@@ -74,6 +74,8 @@ struct Bed {
     ip: Vec<String>,
     /// IPv6 addresses, when the bed was made with `--ipv6`.
     ip6: Vec<String>,
+    /// The net plugin every rank process loads (with libfabric's tcp provider), if any.
+    plugin: Option<PathBuf>,
 }
 
 fn script() -> PathBuf {
@@ -123,7 +125,36 @@ fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
         ns: (0..k).map(|i| get(&format!("NS_{i}"))).collect(),
         ip: (0..k).map(|i| get(&format!("IP_{i}"))).collect(),
         ip6,
+        plugin: None,
     })
+}
+
+/// The libfabric net plugin: `HCCL_TEST_NET_PLUGIN`, else `libhccl_net_ofi.so` in this build's
+/// target directory (built by `cargo build -p hccl-net-ofi`).
+fn net_plugin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("HCCL_TEST_NET_PLUGIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    // target/<profile>/deps/<test binary>
+    let profile_dir = exe.parent()?.parent()?;
+    let p = profile_dir.join("libhccl_net_ofi.so");
+    p.is_file().then_some(p)
+}
+
+/// A bed of `k` hosts whose rank processes use the net plugin over libfabric's tcp provider, or
+/// `None` (after saying why) without namespaces or without the plugin.
+fn plugin_bed(k: usize) -> Option<Bed> {
+    let Some(plugin) = net_plugin() else {
+        skip::skip(
+            "the net plugin libhccl_net_ofi.so is not built (cargo build -p hccl-net-ofi) and \
+             HCCL_TEST_NET_PLUGIN is unset",
+        );
+        return None;
+    };
+    let mut b = bed(k, &[])?;
+    b.plugin = Some(plugin);
+    Some(b)
 }
 
 impl Bed {
@@ -145,6 +176,9 @@ impl Bed {
             .env(ROLE, "ranks")
             .env("HCCL_CONNECT_TIMEOUT", "20")
             .env("HCCL_EXEC_TIMEOUT", "30");
+        if let Some(p) = &self.plugin {
+            c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp");
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -705,8 +739,13 @@ fn whitelist_refuses_unlisted_host_ipv6() {
 /// Starts `hosts` processes of one rank each looping AllReduce, applies `fault` once every rank
 /// is running, and checks that the survivors fail within the exec timeout, name `victim` in
 /// their log, and can destroy their communicators.
-fn fault_case(test: &str, hosts: usize, victim: u32, fault: impl FnOnce(&Bed)) {
-    let Some(bed) = bed(hosts, &[]) else { return };
+fn fault_case(test: &str, hosts: usize, victim: u32, plugin: bool, fault: impl FnOnce(&Bed)) {
+    let bed = if plugin {
+        plugin_bed(hosts)
+    } else {
+        bed(hosts, &[])
+    };
+    let Some(bed) = bed else { return };
     let layout: Vec<_> = (0..hosts as u32).map(|h| h..h + 1).collect();
     let n = hosts as u32;
     let mut kids = Vec::new();
@@ -805,7 +844,7 @@ fn link_down_mid_collective() {
         return;
     }
     // Both ranks survive (their processes live); each must name the other.
-    fault_case("link_down_mid_collective", 2, 1, |bed| {
+    fault_case("link_down_mid_collective", 2, 1, false, |bed| {
         bed.sh(1, "ip link set eth0 down");
     });
 }
@@ -815,18 +854,161 @@ fn killed_host_mid_collective() {
     if child_role() {
         return;
     }
-    fault_case("killed_host_mid_collective", 3, 2, |bed| {
-        let out = Command::new("ip")
-            .args(["netns", "pids", &bed.ns[2]])
-            .output()
-            .expect("ip netns pids");
-        let pids = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(!pids.trim().is_empty(), "no process in host 2");
-        for pid in pids.split_whitespace() {
-            // Only the rank process this test started in host 2.
-            let pid: i32 = pid.parse().unwrap();
-            // SAFETY: plain kill of a process id we just listed.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+    fault_case("killed_host_mid_collective", 3, 2, false, kill_host_2);
+}
+
+/// Kills the rank process of host 2.
+fn kill_host_2(bed: &Bed) {
+    let out = Command::new("ip")
+        .args(["netns", "pids", &bed.ns[2]])
+        .output()
+        .expect("ip netns pids");
+    let pids = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!pids.trim().is_empty(), "no process in host 2");
+    for pid in pids.split_whitespace() {
+        // Only the rank process this test started in host 2.
+        let pid: i32 = pid.parse().unwrap();
+        // SAFETY: plain kill of a process id we just listed.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Level1 through the net plugin (libfabric, tcp provider).
+
+/// Checks that every host's ranks used the plugin for their peers on other hosts.
+fn assert_plugin_used(outs: &[ChildOutput]) {
+    for (h, o) in outs.iter().enumerate() {
+        assert!(
+            o.stderr.contains("net plugin: ofi (") && o.stderr.contains("provider tcp"),
+            "host {h} did not load the plugin with the tcp provider:\n{}",
+            tail(&o.stderr, 3000)
+        );
+        assert!(
+            !o.stderr.contains("stays on TCP") && !o.stderr.contains("built-in TCP"),
+            "host {h} fell back to TCP:\n{}",
+            tail(&o.stderr, 3000)
+        );
+    }
+}
+
+#[test]
+fn plugin_two_hosts_one_rank_each_all_ops() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = plugin_bed(2) else { return };
+    let env = vec![kv("ASCEND_GLOBAL_LOG_LEVEL", 1)];
+    let (_, outs) = run_job(
+        &bed,
+        "plugin_two_hosts_one_rank_each_all_ops",
+        &[0..1, 1..2],
+        &[env.clone(), env],
+    );
+    assert_plugin_used(&outs);
+}
+
+#[test]
+fn plugin_three_asymmetric_hosts_all_ops() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = plugin_bed(3) else { return };
+    let env = vec![kv("ASCEND_GLOBAL_LOG_LEVEL", 1)];
+    let (_, outs) = run_job(
+        &bed,
+        "plugin_three_asymmetric_hosts_all_ops",
+        &[0..1, 1..3, 3..6],
+        &[env.clone(), env.clone(), env],
+    );
+    assert_plugin_used(&outs);
+}
+
+#[test]
+fn plugin_link_down_mid_collective() {
+    if child_role() {
+        return;
+    }
+    fault_case("plugin_link_down_mid_collective", 2, 1, true, |bed| {
+        bed.sh(1, "ip link set eth0 down");
     });
+}
+
+#[test]
+fn plugin_killed_host_mid_collective() {
+    if child_role() {
+        return;
+    }
+    fault_case("plugin_killed_host_mid_collective", 3, 2, true, kill_host_2);
+}
+
+/// Without a usable plugin the job runs over the built-in TCP and says why; a plugin path that
+/// does not exist fails initialisation on every rank with HCCL_E_PARA.
+#[test]
+fn plugin_fallbacks() {
+    if child_role() {
+        return;
+    }
+    let Some(bed) = plugin_bed(2) else { return };
+    let test = "plugin_fallbacks";
+    let log = kv("ASCEND_GLOBAL_LOG_LEVEL", 1);
+    let one = kv("HCCL_MH_BODY", "one_allreduce");
+    for (setting, why) in [
+        (vec![kv("HCCL_NET_PLUGIN", "none")], "HCCL_NET_PLUGIN=none"),
+        (
+            vec![kv("FI_PROVIDER", "no_such_provider")],
+            "no usable network device",
+        ),
+    ] {
+        let mut env = vec![log.clone(), one.clone()];
+        env.extend(setting);
+        let (_, outs) = run_job(&bed, test, &[0..1, 1..2], &[env.clone(), env]);
+        for (h, o) in outs.iter().enumerate() {
+            assert!(
+                o.stderr.contains(why) && o.stderr.contains("level1 links use the built-in TCP"),
+                "host {h} ({why}):\n{}",
+                tail(&o.stderr, 3000)
+            );
+        }
+    }
+    let missing = "/nonexistent/libhccl_net_ofi.so";
+    let env = vec![
+        log,
+        kv("HCCL_MH_BODY", "init_may_fail"),
+        kv("HCCL_NET_PLUGIN", missing),
+    ];
+    let mut kids = Vec::new();
+    let mut root = String::new();
+    for h in 0..2u32 {
+        let mut e = vec![
+            kv(RANKS, h),
+            kv(NRANKS, 2),
+            kv("HCCL_HOST_ID", format!("{}-{h}", bed.prefix)),
+        ];
+        e.extend(env.clone());
+        if h > 0 {
+            e.push(kv(ROOT, &root));
+        }
+        let s = bed.spawn(h as usize, test, &e);
+        let mut seen = Vec::new();
+        if h == 0 {
+            root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
+        }
+        kids.push((s, seen));
+    }
+    let dl = Instant::now() + CHILD_LIMIT;
+    for (h, (s, seen)) in kids.into_iter().enumerate() {
+        let o = s.finish(dl.saturating_duration_since(Instant::now()), seen);
+        assert!(
+            o.stdout.contains(&format!("INITFAIL {h} code=1")),
+            "host {h}: init did not fail with HCCL_E_PARA:\n{}\n{}",
+            o.stdout,
+            tail(&o.stderr, 3000)
+        );
+        assert!(
+            o.stderr.contains(missing),
+            "host {h}: the error does not name the path:\n{}",
+            tail(&o.stderr, 3000)
+        );
+    }
 }

@@ -2,42 +2,16 @@
 //! shared-link model (and changes its choices), and a missing or malformed file fails init
 //! with a parameter error naming the variable and the line.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use hccl::algo::cost::CostModel;
 use hccl::algo::fabric::Fabric;
 use hccl::algo::{select, Coll, Ctx, Topo};
-use hccl::base::env::EnvConfig;
 use hccl::base::error::ErrorKind;
-use hccl::comm::communicator::{create_root_info, Communicator};
-use hccl::comm::config::{CommConfig, Overrides};
 
-fn config(pairs: &[(&str, &str)]) -> hccl::base::error::Result<CommConfig> {
-    let mut map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    map.insert("HCCL_CONNECT_TIMEOUT".into(), "30".into());
-    map.insert("HCCL_EXEC_TIMEOUT".into(), "60".into());
-    let env = EnvConfig::from_lookup(|k| map.get(k).cloned())?;
-    CommConfig::merge(&Overrides::default(), &env)
-}
-
-/// `n` ranks as threads of this process, joined through a root info.
-fn comms(n: u32, cfg: CommConfig) -> Vec<Communicator> {
-    let info = create_root_info(&cfg.env).expect("root info");
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let cfg = cfg.clone();
-            std::thread::spawn(move || Communicator::init_root_info(n, &info, r, cfg))
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().expect("init thread").expect("init"))
-        .collect()
-}
+#[path = "common/native.rs"]
+mod native;
+use native::{comms, config};
 
 /// A file in a fresh temporary directory, removed with it.
 struct TempFile(PathBuf);

@@ -15,11 +15,14 @@
 //! at once, as in the exact checker. The exact checker stays the reference for small rank
 //! counts (the tests compare the two on every algorithm and operation up to 64 ranks).
 //!
-//! Cost: schedules are kept in a compact form (16 bytes an action); a buffer is a list of runs
-//! cut into chunks of a few dozen, so a write rewrites one small chunk whatever the run count;
-//! a receive is matched against the unconsumed sends of the sender's current step, found by
-//! peer (a step only ends when its sends are consumed, so no mailbox is needed and in-flight
-//! messages cost nothing); step hazards are found by sorting a step's spans. Schedules are
+//! Cost: schedules are kept in a compact form (16 bytes an action), each step's sends and
+//! receives sorted by peer, so a receive is matched against the unconsumed sends of the
+//! sender's current step by a search in that step (a step only ends when its sends are
+//! consumed, so no mailbox is needed, in-flight messages cost nothing, and nothing is
+//! allocated per step or message). A buffer is a list of runs cut into chunks of a few dozen,
+//! so a write rewrites one small chunk whatever the run count; a run of blocks of consecutive
+//! ranks' inputs side by side is one striped run (see `Val`), so gathered outputs cost runs
+//! per message, not per rank. Step hazards are found by sorting a step's spans. Schedules are
 //! built on all available cores. The weights are pseudo-random (splitmix64 of the rank with
 //! fixed seeds), fixed before any schedule is seen.
 
@@ -99,19 +102,77 @@ impl Weights {
     }
 }
 
-/// What a run of elements holds: input element `pos + delta` of the ranks fingerprinted by
-/// `fp` (`Fp::UNDEF`: nothing yet).
+/// What a run of elements holds. Plain (`width` 0): input element `pos + delta` of the ranks
+/// fingerprinted by `fp` (`Fp::UNDEF`: nothing yet). Striped (`width` > 0): the run is cut into
+/// blocks of `width` elements counted from `origin`; position `pos` lies in block
+/// `k = (pos − origin) div width` and holds input element `pos + delta − k·width` of rank `k`
+/// plus the ranks of `fp`. A rank's input starts as one stripe of its length, so the blocks of
+/// consecutive ranks gathered side by side (the output of an AllGather) have equal values and
+/// stay one run: gathering costs runs per message, not per rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Val {
     delta: i64,
+    origin: i64,
+    width: u32,
     fp: Fp,
 }
 
 impl Val {
-    const UNDEF: Val = Val {
-        delta: 0,
-        fp: Fp::UNDEF,
-    };
+    const UNDEF: Val = Val::plain(0, Fp::UNDEF);
+
+    const fn plain(delta: i64, fp: Fp) -> Val {
+        Val {
+            delta,
+            origin: 0,
+            width: 0,
+            fp,
+        }
+    }
+
+    /// The input of rank `r`, `len` elements at positions `[0, len)`.
+    fn input(r: u32, len: u32) -> Val {
+        let at = r as i64 * len as i64;
+        Val {
+            delta: at,
+            origin: -at,
+            width: len,
+            fp: Fp::ZERO,
+        }
+    }
+
+    /// The same contents moved by `by` positions.
+    fn shift(self, by: i64) -> Val {
+        Val {
+            delta: self.delta - by,
+            origin: if self.width > 0 { self.origin + by } else { 0 },
+            ..self
+        }
+    }
+
+    /// The end of the block holding `pos` (`u32::MAX` for a plain value), so that
+    /// `[pos, block_end)` holds one plain value.
+    fn block_end(self, pos: u32) -> u64 {
+        if self.width == 0 {
+            return u64::MAX;
+        }
+        let w = self.width as i64;
+        let k = (pos as i64 - self.origin).div_euclid(w);
+        (self.origin + (k + 1) * w) as u64
+    }
+
+    /// The plain value of the block holding `pos`.
+    fn at(self, pos: u32) -> Val {
+        if self.width == 0 {
+            return self;
+        }
+        let w = self.width as i64;
+        let k = (pos as i64 - self.origin).div_euclid(w);
+        Val::plain(self.delta - k * w, self.fp.add(Fp::rank(k as u32)))
+    }
+
+    fn defined(self) -> bool {
+        self.fp.defined()
+    }
 }
 
 /// A run `[start, end)` of a buffer.
@@ -195,10 +256,7 @@ impl Runs {
             let (a, b) = (s.start.max(off), s.end.min(end));
             out.push(Piece {
                 len: b - a,
-                val: Val {
-                    delta: s.val.delta + off as i64,
-                    ..s.val
-                },
+                val: s.val.shift(-(off as i64)),
             });
             if s.end >= end {
                 return Ok(());
@@ -281,15 +339,11 @@ fn edit(
         _ => new.push(seg),
     };
     // Pieces count from the read's start; runs from the buffer's.
-    let abs = |v: Val| Val {
-        delta: v.delta - off as i64,
-        ..v
-    };
     let mut at = off;
     let mut i = a;
     for p in pieces {
         let pend = at + p.len;
-        let pv = abs(p.val);
+        let pv = p.val.shift(off as i64);
         if !reduce {
             push(Seg {
                 start: at,
@@ -299,24 +353,25 @@ fn edit(
         }
         while reduce && at < pend {
             let o = v[i];
-            let seg_end = o.end.min(pend);
-            if !o.val.fp.defined() || !pv.fp.defined() {
+            // A sum is plain: cut where either side's block ends.
+            let seg_end = (o.end.min(pend) as u64)
+                .min(o.val.block_end(at))
+                .min(pv.block_end(at)) as u32;
+            let (x, y) = (o.val.at(at), pv.at(at));
+            if !x.defined() || !y.defined() {
                 return Err(format!("reduces undefined element {at}"));
             }
-            if o.val.delta != pv.delta {
+            if x.delta != y.delta {
                 return Err(format!(
                     "reduces element {at} with a different element ({} and {})",
-                    at as i64 + o.val.delta,
-                    at as i64 + pv.delta
+                    at as i64 + x.delta,
+                    at as i64 + y.delta
                 ));
             }
             push(Seg {
                 start: at,
                 end: seg_end,
-                val: Val {
-                    delta: pv.delta,
-                    fp: o.val.fp.add(pv.fp),
-                },
+                val: Val::plain(x.delta, x.fp.add(y.fp)),
             });
             at = seg_end;
             if o.end == seg_end {
@@ -351,12 +406,27 @@ struct Act {
     buf: u8,
     /// The source buffer of a local action.
     sbuf: u8,
-    /// Whether this is the last action of its step.
-    last: bool,
+    /// [`LAST`] and [`DONE`].
+    flags: u8,
     /// The peer, or the source offset of a local action.
     peer: u32,
     off: u32,
     len: u32,
+}
+
+/// Flag of the last action of a step.
+const LAST: u8 = 1;
+/// Flag of a send or receive the proof has matched.
+const DONE: u8 = 2;
+
+impl Act {
+    fn last(&self) -> bool {
+        self.flags & LAST != 0
+    }
+
+    fn done(&self) -> bool {
+        self.flags & DONE != 0
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,7 +441,10 @@ enum Kind {
 }
 
 /// One rank's schedule in compact form: steps back to back, each ending with an action marked
-/// `last` (an empty step is one `Nop`), so walking a schedule touches one array.
+/// [`LAST`] (an empty step is one `Nop`), so walking a schedule touches one array. Within a
+/// step the local actions come first in schedule order, then the sends and then the receives,
+/// each sorted by peer and, for one peer, in schedule order (the order a pair's messages match
+/// in): finding a peer's next message is a search in the step, with no index built per step.
 struct Plan {
     acts: Vec<Act>,
     steps: usize,
@@ -382,15 +455,44 @@ impl Plan {
     fn len(&self) -> usize {
         self.steps
     }
+}
 
-    /// The step starting at action `at`.
-    fn step_at(&self, at: usize) -> &[Act] {
-        let end = self.acts[at..]
-            .iter()
-            .position(|a| a.last)
-            .expect("every step ends with a last action");
-        &self.acts[at..=at + end]
-    }
+/// Index in `acts` (sorted by peer, a peer's matched actions first) of the first unmatched
+/// action with `peer` of `n`. A big step's peers are spread over all ranks (a mesh step lists
+/// every one), so the search starts where an even spread puts `peer` and widens from there: a
+/// cache line or two instead of a binary search's dozen.
+fn seek(acts: &[Act], peer: u32, n: u32) -> Option<usize> {
+    let before = |a: &Act| a.peer < peer || (a.peer == peer && a.done());
+    let len = acts.len();
+    let (lo, hi) = if len <= 8 {
+        (0, len)
+    } else {
+        let g = ((peer as u64 * len as u64 / n.max(1) as u64) as usize).min(len - 1);
+        let mut step = 1;
+        if before(&acts[g]) {
+            let mut lo = g + 1;
+            loop {
+                let hi = (lo + step).min(len);
+                if hi == len || !before(&acts[hi - 1]) {
+                    break (lo, hi);
+                }
+                lo = hi;
+                step *= 2;
+            }
+        } else {
+            let mut hi = g;
+            loop {
+                let lo = hi.saturating_sub(step);
+                if lo == 0 || before(&acts[lo]) {
+                    break (lo, hi);
+                }
+                hi = lo;
+                step *= 2;
+            }
+        }
+    };
+    let i = lo + acts[lo..hi].partition_point(before);
+    (i < len && acts[i].peer == peer && !acts[i].done()).then_some(i)
 }
 
 fn buf_code(b: Buf) -> Result<u8, String> {
@@ -437,7 +539,7 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
                 kind: Kind::Nop,
                 buf: 0,
                 sbuf: 0,
-                last: true,
+                flags: LAST,
                 peer: 0,
                 off: 0,
                 len: 0,
@@ -452,7 +554,7 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
                     kind,
                     buf: buf_code(sp.buf).map_err(err)?,
                     sbuf: 0,
-                    last: false,
+                    flags: 0,
                     peer,
                     off: small(sp.off)?,
                     len: small(sp.len)?,
@@ -466,13 +568,13 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
                     kind,
                     buf: buf_code(dst.buf).map_err(err)?,
                     sbuf: buf_code(src.buf).map_err(err)?,
-                    last: false,
+                    flags: 0,
                     peer: small(src.off)?,
                     off: small(dst.off)?,
                     len: small(dst.len)?,
                 })
             };
-            let mut act = match *a {
+            let act = match *a {
                 Action::Send { peer, src } => {
                     t.sends += 1;
                     t.sent += src.len;
@@ -492,8 +594,17 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
             if class < 3 && act.len > 0 {
                 spans.push((act.buf, act.off, act.off + act.len, class, i as u32));
             }
-            act.last = i + 1 == step.actions.len();
             acts.push(act);
+        }
+        // Locals, then sends, then receives; stable, so a pair's messages keep their order.
+        let first = acts.len() - step.actions.len();
+        acts[first..].sort_by_key(|a| match a.kind {
+            Kind::Send => (1, a.peer),
+            Kind::Recv | Kind::RecvReduce => (2, a.peer),
+            _ => (0, 0),
+        });
+        if let Some(l) = acts.last_mut() {
+            l.flags |= LAST;
         }
         spans.sort_unstable();
         // Sweep in offset order: a span overlaps an earlier one exactly when it starts before
@@ -549,110 +660,6 @@ fn compact(s: &Schedule, me: u32, n: u32) -> Result<(Plan, Tally), String> {
     ))
 }
 
-/// The sends (or receives) of a rank's current step, sorted by peer (and within a peer in
-/// action order, the order messages between a pair match in), with one cursor per peer: the
-/// next entry to match, since a pair's messages match in order.
-#[derive(Default)]
-struct Side {
-    acts: Vec<Act>,
-    /// (peer, next unmatched index in `acts`, end of the peer's entries), by peer.
-    groups: Vec<(u32, u32, u32)>,
-    open: usize,
-}
-
-impl Side {
-    fn reset(&mut self) {
-        self.acts.clear();
-        self.groups.clear();
-        self.open = 0;
-    }
-
-    /// Sorts the collected actions and indexes them by peer.
-    fn index(&mut self) {
-        self.acts.sort_by_key(|a| a.peer);
-        self.open = self.acts.len();
-        let mut i = 0;
-        while i < self.acts.len() {
-            let p = self.acts[i].peer;
-            let mut j = i + 1;
-            while j < self.acts.len() && self.acts[j].peer == p {
-                j += 1;
-            }
-            self.groups.push((p, i as u32, j as u32));
-            i = j;
-        }
-    }
-
-    /// The group of `peer` among `n` ranks. A big step's peers are spread over all ranks (a
-    /// mesh step lists every one), so the search starts where an even spread puts `peer` and
-    /// widens from there: a cache line or two instead of a binary search's dozen.
-    fn group(&self, peer: u32, n: u32) -> Option<usize> {
-        let g = &self.groups;
-        if g.len() <= 8 {
-            return g.iter().position(|e| e.0 == peer);
-        }
-        let guess = ((peer as u64 * g.len() as u64) / n.max(1) as u64) as usize;
-        let at = guess.min(g.len() - 1);
-        let (mut lo, mut hi) = if g[at].0 < peer {
-            let mut step = 1;
-            let mut lo = at + 1;
-            while lo + step < g.len() && g[lo + step].0 < peer {
-                lo += step;
-                step *= 2;
-            }
-            (lo, (lo + step).min(g.len()))
-        } else {
-            let mut step = 1;
-            let mut hi = at;
-            while hi >= step && g[hi - step].0 >= peer {
-                hi -= step;
-                step *= 2;
-            }
-            (hi.saturating_sub(step), hi)
-        };
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if g[mid].0 < peer {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        (lo < g.len() && g[lo].0 == peer).then_some(lo)
-    }
-
-    /// The next unmatched action with `peer`: (group, action).
-    fn next(&self, peer: u32, n: u32) -> Option<(usize, Act)> {
-        let k = self.group(peer, n)?;
-        let (_, next, end) = self.groups[k];
-        (next < end).then(|| (k, self.acts[next as usize]))
-    }
-
-    /// Marks the next action of group `k` matched.
-    fn take(&mut self, k: usize) {
-        self.groups[k].1 += 1;
-        self.open -= 1;
-    }
-
-    /// Distinct peers, in order.
-    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
-        self.groups.iter().map(|g| g.0)
-    }
-}
-
-/// The communication of one rank's current step.
-#[derive(Default)]
-struct Posted {
-    tx: Side,
-    rx: Side,
-}
-
-impl Posted {
-    fn idle(&self) -> bool {
-        self.tx.open == 0 && self.rx.open == 0
-    }
-}
-
 /// One rank's buffers and progress.
 struct RankState {
     bufs: [Runs; 3],
@@ -662,17 +669,20 @@ struct RankState {
     pos: usize,
     next: usize,
     posted: bool,
-    cur: Posted,
+    /// The current step's sends and receives: `[tx, rx)` and `[rx, next)` of the plan.
+    tx: usize,
+    rx: usize,
+    /// Its sends and receives not matched yet.
+    open: usize,
 }
 
 /// The proof's run over compact plans.
 struct Prover<'a> {
-    plans: &'a [Plan],
+    plans: &'a mut [Plan],
     ranks: Vec<RankState>,
     work: Vec<u32>,
     pieces: Vec<Piece>,
     segs: Vec<Seg>,
-    peers: Vec<u32>,
 }
 
 impl Prover<'_> {
@@ -688,7 +698,7 @@ impl Prover<'_> {
             .map_err(|e| self.fail(r, e))?;
         let mut at = off;
         for p in &self.pieces {
-            if !p.val.fp.defined() {
+            if !p.val.defined() {
                 return Err(self.fail(
                     r,
                     format!(
@@ -712,48 +722,60 @@ impl Prover<'_> {
 
     /// Runs rank `r`'s local actions of its current step and posts its communication.
     fn post(&mut self, r: u32) -> Result<(), String> {
-        let plans = self.plans;
-        let plan = &plans[r as usize];
-        let pos = self.ranks[r as usize].pos;
-        let mut cur = std::mem::take(&mut self.ranks[r as usize].cur);
-        cur.tx.reset();
-        cur.rx.reset();
-        let step = plan.step_at(pos);
-        for &a in step {
+        let ri = r as usize;
+        let pos = self.ranks[ri].pos;
+        let (mut tx, mut rx) = (None, None);
+        let mut i = pos;
+        loop {
+            let a = self.plans[ri].acts[i];
             match a.kind {
                 Kind::Copy | Kind::Reduce => {
                     self.read(r, a.sbuf, a.peer, a.len)?;
                     self.write(r, a.buf, a.off, a.kind == Kind::Reduce)?;
                 }
-                Kind::Send => cur.tx.acts.push(a),
-                Kind::Recv | Kind::RecvReduce => cur.rx.acts.push(a),
+                Kind::Send => {
+                    tx.get_or_insert(i);
+                }
+                Kind::Recv | Kind::RecvReduce => {
+                    rx.get_or_insert(i);
+                }
                 Kind::Nop => {}
             }
-        }
-        self.ranks[r as usize].next = pos + step.len();
-        cur.tx.index();
-        cur.rx.index();
-        let mut peers = std::mem::take(&mut self.peers);
-        peers.clear();
-        peers.extend(cur.rx.peers());
-        let from = peers.len();
-        peers.extend(cur.tx.peers());
-        let st = &mut self.ranks[r as usize];
-        st.cur = cur;
-        st.posted = true;
-        let mut res = Ok(());
-        for (i, &p) in peers.iter().enumerate() {
-            res = if i < from {
-                self.exchange(p, r)
-            } else {
-                self.exchange(r, p)
-            };
-            if res.is_err() {
+            i += 1;
+            if a.last() {
                 break;
             }
         }
-        self.peers = peers;
-        res
+        let st = &mut self.ranks[ri];
+        st.next = i;
+        st.rx = rx.unwrap_or(i);
+        st.tx = tx.unwrap_or(st.rx);
+        st.open = i - st.tx;
+        st.posted = true;
+        let (tx, rx) = (st.tx, st.rx);
+        // Each distinct peer once: receives match the peers' posted sends, sends their
+        // posted receives.
+        for k in tx..i {
+            let p = self.plans[ri].acts[k].peer;
+            if k == tx || k == rx || self.plans[ri].acts[k - 1].peer != p {
+                if k < rx {
+                    self.exchange(r, p)?;
+                } else {
+                    self.exchange(p, r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks action `k` of rank `r` matched; queues `r` when its step is complete.
+    fn take(&mut self, r: u32, k: usize) {
+        self.plans[r as usize].acts[k].flags |= DONE;
+        let st = &mut self.ranks[r as usize];
+        st.open -= 1;
+        if st.open == 0 {
+            self.work.push(r);
+        }
     }
 
     /// Matches, in order, the posted sends of `s` to `d` with the posted receives of `d` from
@@ -765,12 +787,14 @@ impl Prover<'_> {
             if !ss.posted || !ds.posted {
                 return Ok(());
             }
-            let Some((gi, send)) = ss.cur.tx.next(d, n) else {
+            let (sa, da) = (&self.plans[s as usize].acts, &self.plans[d as usize].acts);
+            let Some(gi) = seek(&sa[ss.tx..ss.rx], d, n).map(|i| ss.tx + i) else {
                 return Ok(());
             };
-            let Some((gj, recv)) = ds.cur.rx.next(s, n) else {
+            let Some(gj) = seek(&da[ds.rx..ds.next], s, n).map(|j| ds.rx + j) else {
                 return Ok(());
             };
+            let (send, recv) = (sa[gi], da[gj]);
             if send.len != recv.len {
                 return Err(self.fail(
                     d,
@@ -780,16 +804,8 @@ impl Prover<'_> {
             self.read(s, send.buf, send.off, send.len)?;
             self.write(d, recv.buf, recv.off, recv.kind == Kind::RecvReduce)
                 .map_err(|e| format!("{e} (from {s})"))?;
-            let ss = &mut self.ranks[s as usize].cur;
-            ss.tx.take(gi);
-            if ss.idle() {
-                self.work.push(s);
-            }
-            let ds = &mut self.ranks[d as usize].cur;
-            ds.rx.take(gj);
-            if ds.idle() {
-                self.work.push(d);
-            }
+            self.take(s, gi);
+            self.take(d, gj);
         }
     }
 
@@ -799,7 +815,7 @@ impl Prover<'_> {
             loop {
                 let st = &mut self.ranks[r as usize];
                 if st.posted {
-                    if !st.cur.idle() {
+                    if st.open > 0 {
                         break;
                     }
                     st.at += 1;
@@ -816,33 +832,77 @@ impl Prover<'_> {
     }
 }
 
+/// What a rank starts with and must end with, in fingerprint form.
+struct Want {
+    send: u32,
+    recv: u32,
+    init: Val,
+    /// Output ranges `(off, len, value, contributors)`; `None`: one rank per block, as the
+    /// value's stripe says.
+    out: Vec<(u32, u32, Val, Option<RankSet>)>,
+}
+
+/// `symbolic::expect` of rank `r` of `n` in fingerprint form. An AllGather's output (every
+/// rank's input in rank order) is one striped range, not one range per rank: proving it costs
+/// no more than its messages.
+fn want(w: &Weights, r: u32, n: u32, coll_of: &dyn Fn(u32) -> Coll) -> Result<Want, String> {
+    let coll = coll_of(r);
+    if let Coll::AllGather { count } = coll {
+        let c = small(count)?;
+        let recv = small(count * n as usize)?;
+        let out = if c == 0 {
+            Vec::new()
+        } else {
+            vec![(0, recv, Val::input(0, c), None)]
+        };
+        return Ok(Want {
+            send: c,
+            recv,
+            init: Val::UNDEF,
+            out,
+        });
+    }
+    let e = symbolic::expect(&coll, r, n, coll_of);
+    let mut out = Vec::with_capacity(e.out.len());
+    for (off, len, delta, set) in e.out {
+        out.push((
+            small(off)?,
+            small(len)?,
+            Val::plain(delta, w.set(&set)),
+            Some(set),
+        ));
+    }
+    Ok(Want {
+        send: small(e.send)?,
+        recv: small(e.recv)?,
+        init: e
+            .recv_init
+            .as_ref()
+            .map_or(Val::UNDEF, |v| Val::plain(v.delta, w.set(&v.set))),
+        out,
+    })
+}
+
 /// Proves compact `plans` (one per rank) against what `coll_of(rank)` must produce.
-fn prove(plans: &[Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String> {
+fn prove(plans: &mut [Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String> {
     let n = plans.len() as u32;
     let w = Weights::new(n);
-    let val = |v: &symbolic::Val| Val {
-        delta: v.delta,
-        fp: w.set(&v.set),
-    };
     let mut ranks = Vec::with_capacity(n as usize);
     for (r, plan) in plans.iter().enumerate() {
-        let e = symbolic::expect(&coll_of(r as u32), r as u32, n, coll_of);
-        let mine = Val {
-            delta: 0,
-            fp: Fp::rank(r as u32),
-        };
-        let init = e.recv_init.as_ref().map_or(Val::UNDEF, val);
+        let e = want(&w, r as u32, n, coll_of)?;
         ranks.push(RankState {
             bufs: [
-                Runs::new(small(e.send)?, mine),
-                Runs::new(small(e.recv)?, init),
+                Runs::new(e.send, Val::input(r as u32, e.send)),
+                Runs::new(e.recv, e.init),
                 Runs::new(plan.scratch, Val::UNDEF),
             ],
             at: 0,
             pos: 0,
             next: 0,
             posted: false,
-            cur: Posted::default(),
+            tx: 0,
+            rx: 0,
+            open: 0,
         });
     }
     let mut pr = Prover {
@@ -851,11 +911,10 @@ fn prove(plans: &[Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String> {
         work: (0..n).rev().collect(),
         pieces: Vec::new(),
         segs: Vec::new(),
-        peers: Vec::new(),
     };
     pr.run()?;
     let stuck: Vec<(usize, usize)> = (0..n as usize)
-        .filter(|&r| pr.ranks[r].at < plans[r].len())
+        .filter(|&r| pr.ranks[r].at < pr.plans[r].len())
         .map(|r| (r, pr.ranks[r].at))
         .take(8)
         .collect();
@@ -864,36 +923,48 @@ fn prove(plans: &[Plan], coll_of: &dyn Fn(u32) -> Coll) -> Result<(), String> {
     }
     let mut pieces = Vec::new();
     for r in 0..n {
-        let e = symbolic::expect(&coll_of(r), r, n, coll_of);
+        let e = want(&w, r, n, coll_of)?;
         let out = &pr.ranks[r as usize].bufs[1];
-        for (off, len, delta, set) in &e.out {
-            let (off, len) = (small(*off)?, small(*len)?);
-            let want = Val {
-                delta: *delta,
-                fp: w.set(set),
-            };
+        for (off, len, want, set) in &e.out {
+            let (off, len, want) = (*off, *len, *want);
             pieces.clear();
             out.read(off, len, &mut pieces)
                 .map_err(|e| format!("rank {r} output {e}"))?;
             let mut at = off;
             for p in &pieces {
-                let abs = p.val.delta - off as i64;
-                if p.val.fp != want.fp || abs != want.delta {
-                    let holds = if !p.val.fp.defined() {
-                        "nothing".to_string()
-                    } else if abs != want.delta {
-                        format!("input element offset {abs}")
-                    } else {
-                        "another set of contributions (one missing or counted twice)".to_string()
-                    };
-                    return Err(format!(
-                        "rank {r} output [{at}, {}) should hold ranks {:?} (element offset \
-                         {delta}), holds {holds}",
-                        at + p.len,
-                        set.intervals()
-                    ));
+                let pv = p.val.shift(off as i64);
+                let end = at + p.len;
+                while at < end {
+                    if pv == want {
+                        at = end;
+                        continue;
+                    }
+                    // Compare block by block where the two are cut differently.
+                    let cut = (end as u64).min(pv.block_end(at)).min(want.block_end(at)) as u32;
+                    let (x, y) = (pv.at(at), want.at(at));
+                    if x != y {
+                        let holds = if !x.defined() {
+                            "nothing".to_string()
+                        } else if x.delta != y.delta {
+                            format!("input element offset {}", x.delta)
+                        } else {
+                            "another set of contributions (one missing or counted twice)"
+                                .to_string()
+                        };
+                        let whose = match set {
+                            Some(s) => format!("ranks {:?}", s.intervals()),
+                            None => {
+                                format!("rank {}", (at as i64 - want.origin) / want.width as i64)
+                            }
+                        };
+                        return Err(format!(
+                            "rank {r} output [{at}, {cut}) should hold {whose} (element offset \
+                             {}), holds {holds}",
+                            y.delta
+                        ));
+                    }
+                    at = cut;
                 }
-                at += p.len;
             }
         }
     }
@@ -915,7 +986,7 @@ pub fn run(scheds: &[Schedule], coll_of: &dyn Fn(u32) -> Coll) -> Result<Report,
         tally(&mut rep, &p, &t);
         plans.push(p);
     }
-    prove(&plans, coll_of)?;
+    prove(&mut plans, coll_of)?;
     Ok(rep)
 }
 
@@ -960,7 +1031,7 @@ pub fn check(
         tally(&mut rep, &p, &t);
         plans.push(p);
     }
-    prove(&plans, coll_of)?;
+    prove(&mut plans, coll_of)?;
     Ok(rep)
 }
 
@@ -1017,10 +1088,7 @@ mod tests {
 
     #[test]
     fn runs_split_merge_and_reduce() {
-        let v = |d: i64, r: u32| Val {
-            delta: d,
-            fp: Fp::rank(r),
-        };
+        let v = |d: i64, r: u32| Val::plain(d, Fp::rank(r));
         let mut b = Runs::new(300, Val::UNDEF);
         let mut scratch = Vec::new();
         // Many small writes force chunks to split; equal neighbours merge again.
@@ -1069,6 +1137,77 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("different element"), "{e}");
         assert!(b.read(299, 2, &mut out).unwrap_err().contains("beyond"));
+    }
+
+    #[test]
+    fn gathered_blocks_stay_one_run_and_reduce_per_block() {
+        let mut b = Runs::new(20, Val::UNDEF);
+        let mut scratch = Vec::new();
+        // Ranks 3, 2, 1, 0 write their 5-element inputs to blocks 3..0: one striped run.
+        for r in (0..4u32).rev() {
+            let p = [Piece {
+                len: 5,
+                val: Val::input(r, 5),
+            }];
+            b.write(r * 5, &p, false, &mut scratch).unwrap();
+        }
+        let mut out = Vec::new();
+        b.read(0, 20, &mut out).unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        // Each block holds input elements 0..5 of its rank.
+        let whole = out[0].val;
+        for pos in 0..20u32 {
+            let x = whole.at(pos);
+            assert_eq!(x, Val::plain(-((pos / 5 * 5) as i64), Fp::rank(pos / 5)));
+        }
+        // Adding rank 7's elements 0..5 to block 1 sums per block; across a block boundary the
+        // input elements differ, which is an error.
+        let p = [Piece {
+            len: 5,
+            val: Val::plain(0, Fp::rank(7)),
+        }];
+        b.write(5, &p, true, &mut scratch).unwrap();
+        out.clear();
+        b.read(5, 5, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].val, Val::plain(0, Fp::rank(1).add(Fp::rank(7))));
+        let e = b.write(12, &p, true, &mut scratch).unwrap_err();
+        assert!(e.contains("different element"), "{e}");
+    }
+
+    #[test]
+    fn catches_a_block_gathered_into_the_wrong_place() {
+        let topo = Topo::uniform(8, 8);
+        let coll = Coll::AllGather { count: 3 };
+        let mut s = scheds(&topo, &coll, Algo::Direct);
+        assert!(run(&s, &|_| coll.clone()).is_ok());
+        // Rank 10 stores the blocks of its second and third receives in each other's places
+        // (same lengths, same input elements): only whose contribution they hold is wrong.
+        let recvs: Vec<(usize, usize)> = s[10]
+            .steps
+            .iter()
+            .enumerate()
+            .flat_map(|(k, st)| {
+                st.actions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| matches!(a, Action::Recv { .. }))
+                    .map(move |(i, _)| (k, i))
+            })
+            .collect();
+        let dst = |s: &Vec<Schedule>, (k, i): (usize, usize)| match s[10].steps[k].actions[i] {
+            Action::Recv { dst, .. } => dst,
+            _ => unreachable!(),
+        };
+        let (a, b) = (dst(&s, recvs[1]), dst(&s, recvs[2]));
+        for (at, to) in [(recvs[1], b), (recvs[2], a)] {
+            if let Action::Recv { dst, .. } = &mut s[10].steps[at.0].actions[at.1] {
+                *dst = to;
+            }
+        }
+        let e = run(&s, &|_| coll.clone()).unwrap_err();
+        assert!(e.contains("another set of contributions"), "{e}");
+        assert!(symbolic::run(&s, &|_| coll.clone()).is_err());
     }
 
     #[test]

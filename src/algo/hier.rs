@@ -210,10 +210,7 @@ fn level0_reduce_scatter(
     let mine = pl.mine(shards);
     let stage = st.at(t);
     for &sh in &mine {
-        stage.push(Action::Copy {
-            src: input(sh),
-            dst: work(sh),
-        });
+        super::schedule::push_copy(stage, input(sh), work(sh));
     }
     for sh in pl.others(shards) {
         stage.push(Action::Send {
@@ -574,10 +571,7 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
     for (&c, col) in owned.iter().zip(&cols) {
         for (g, &b) in col.iter().enumerate() {
             if let (Some(r), true) = (target(c, g), b.len > 0) {
-                stage.push(Action::Copy {
-                    src: input(r),
-                    dst: b,
-                });
+                super::schedule::push_copy(stage, input(r), b);
             }
         }
     }

@@ -229,10 +229,11 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
     let all_work = spans(Buf::Scratch, es, counts, displs, 0, n);
     let st = s.step();
     for q in (0..n as usize).filter(|&q| counts[q] > 0) {
-        st.push(Action::Copy {
-            src: Span::new(Buf::Send, displs_in[q] * es, counts[q] * es),
-            dst: Span::new(Buf::Scratch, displs[q] * es, counts[q] * es),
-        });
+        super::schedule::push_copy(
+            st,
+            Span::new(Buf::Send, displs_in[q] * es, counts[q] * es),
+            Span::new(Buf::Scratch, displs[q] * es, counts[q] * es),
+        );
     }
     let f = Fold::new(n);
     let extra = me < 2 * f.r && me % 2 == 1;

@@ -164,10 +164,11 @@ pub fn reduce_scatter(ctx: &Ctx, counts: &[usize], displs: &[usize]) -> Schedule
     s.need_scratch(counts.iter().sum::<usize>() * es);
     let st = s.step();
     for (b, &d) in blocks.iter().zip(displs) {
-        st.push(Action::Copy {
-            src: Span::new(Buf::Send, d * es, b.1 * es),
-            dst: Span::new(Buf::Scratch, b.0 * es, b.1 * es),
-        });
+        super::schedule::push_copy(
+            st,
+            Span::new(Buf::Send, d * es, b.1 * es),
+            Span::new(Buf::Scratch, b.0 * es, b.1 * es),
+        );
     }
     let copies = s.steps.pop().expect("copy step");
     rs_phase(&mut s, ctx, Buf::Scratch, &blocks, -1);

@@ -61,6 +61,25 @@ impl Action {
     }
 }
 
+/// Appends the copy `src` → `dst` to `st`, extending the last action instead when it is a copy
+/// between the same buffers that ends where this one starts on both sides: copying many
+/// adjacent blocks stays one action, so a step does not grow with the rank count.
+pub(crate) fn push_copy(st: &mut Vec<Action>, src: Span, dst: Span) {
+    if let Some(Action::Copy { src: ps, dst: pd }) = st.last_mut() {
+        if ps.buf == src.buf
+            && pd.buf == dst.buf
+            && ps.off + ps.len == src.off
+            && pd.off + pd.len == dst.off
+            && src.len == dst.len
+        {
+            ps.len += src.len;
+            pd.len += dst.len;
+            return;
+        }
+    }
+    st.push(Action::Copy { src, dst });
+}
+
 /// A set of actions that complete together.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Step {

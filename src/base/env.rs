@@ -213,6 +213,9 @@ pub struct EnvConfig {
     /// `HCCL_TRACE_FILE` (our extension): path template of the Chrome trace-event file each
     /// rank writes its operations to (`%r`: the rank, `%p`: the process id); unset: no tracing.
     pub trace_file: Option<String>,
+    /// `HCCL_NET_PLUGIN` (our extension): path of the net plugin to load, or `none`; unset: a
+    /// plugin found beside `libhccl.so` is tried (see `transport::plugin`).
+    pub net_plugin: Option<String>,
     /// `HCCL_HOST_ID` (our extension): overrides this host's identity, so several "hosts" can be
     /// simulated on one machine for topology tests.
     pub host_id: Option<String>,
@@ -730,6 +733,7 @@ impl EnvConfig {
             peer_nics,
             host_id,
             trace_file: r.raw("HCCL_TRACE_FILE"),
+            net_plugin: r.raw("HCCL_NET_PLUGIN"),
             rank_host_map,
             shm_single_copy,
             cost_model,

@@ -30,8 +30,12 @@ use crate::exec::trace::{OpTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
+use crate::transport::inproc::MemoryLink;
+use crate::transport::local::LocalLink;
 use crate::transport::tag::{OpTag, Tag};
-use crate::transport::{Endpoint, LinkKind, PeerLink};
+use crate::transport::tcp::TcpLink;
+use crate::transport::{plugin, plugin_link};
+use crate::transport::{Endpoint, Link, Reach};
 
 /// One collective call with its buffers, after argument validation.
 #[derive(Clone, Debug)]
@@ -477,6 +481,8 @@ impl Communicator {
         let same_host = |p: u32| table[p as usize].loc.host == me.loc.host && !cfg.force_network;
         let mut shm_links: Vec<Option<Box<crate::transport::shm::ShmLink>>> =
             (0..n).map(|_| None).collect();
+        let mut net_links: Vec<Option<Box<plugin_link::PluginLink>>> =
+            (0..n).map(|_| None).collect();
         // The lower rank of each pair connects; the higher accepts through the process listener,
         // which parks connections for this communicator only while it connects.
         let _expecting = if network_peers.iter().any(|&p| p < rank) {
@@ -531,33 +537,62 @@ impl Communicator {
                     }
                 }
             }
+            // Peers on other hosts: through the net plugin when one is loaded.
+            let remote: Vec<u32> = network_peers
+                .iter()
+                .copied()
+                .filter(|&p| {
+                    !same_host(p) && streams[p as usize].as_ref().is_some_and(|v| v.len() == 1)
+                })
+                .collect();
+            if !remote.is_empty() {
+                if let Some(plugin) = plugin::global(&cfg.env)? {
+                    let list = remote
+                        .iter()
+                        .filter_map(|&p| Some((p, streams[p as usize].take()?.remove(0))))
+                        .collect();
+                    for (p, a) in plugin_link::introduce(&plugin, rank, list, dl)? {
+                        match a {
+                            plugin_link::Attached::Net(l) => net_links[p as usize] = Some(l),
+                            plugin_link::Attached::Tcp(s) => streams[p as usize] = Some(vec![s]),
+                        }
+                    }
+                }
+            }
             Ok(())
         })();
         if let Err(e) = res {
             return Err(e.context(format!("comm {name} rank {rank}: connecting to peers")));
         }
-        let peers: Vec<PeerLink> = (0..n)
-            .map(|p| {
-                if p == rank {
-                    PeerLink::Local
-                } else if let Some(l) = shm_links[p as usize].take() {
-                    PeerLink::Shm(l)
-                } else if let Some(s) = streams[p as usize].take() {
-                    PeerLink::Tcp(s)
-                } else {
-                    PeerLink::Memory
-                }
-            })
-            .collect();
-        let ep = Endpoint::new(rank, peers, fabric, bell)?;
-        let network = (0..n).any(|p| ep.link_kind(p) == LinkKind::Tcp);
-        let count = |k: LinkKind| (0..n).filter(|&p| ep.link_kind(p) == k).count();
+        let mut links: Vec<Box<dyn Link>> = Vec::with_capacity(n as usize);
+        for p in 0..n {
+            links.push(if p == rank {
+                Box::new(LocalLink::new())
+            } else if let Some(l) = shm_links[p as usize].take() {
+                l
+            } else if let Some(l) = net_links[p as usize].take() {
+                l
+            } else if let Some(s) = streams[p as usize].take() {
+                Box::new(TcpLink::new(s, rank, p)?)
+            } else if let Some(f) = &fabric {
+                Box::new(MemoryLink::new(f.clone(), rank, p))
+            } else {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("comm {name}: rank {rank} has no link to peer rank {p}"),
+                ));
+            });
+        }
+        let ep = Endpoint::new(rank, links, bell)?;
+        let reach = |p: u32| ep.link_info(p).reach;
+        let network = (0..n).any(|p| reach(p) == Reach::Network);
+        let count = |k: Reach| (0..n).filter(|&p| reach(p) == k).count();
         log::info!(
             "comm {name}: rank {rank} of {n} ready ({} memory peers, {} shm peers, {} network \
              peers)",
-            count(LinkKind::Memory),
-            count(LinkKind::Shm),
-            count(LinkKind::Tcp)
+            count(Reach::Process),
+            count(Reach::Host),
+            count(Reach::Network)
         );
         let topo = algo_topology(&name, rank, &table, &cfg);
         if let (Some(m), 0) = (cfg.env.compression, rank) {

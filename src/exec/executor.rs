@@ -131,7 +131,7 @@ fn traffic(ep: &Endpoint, step: &crate::algo::schedule::Step) -> Vec<PeerTraffic
                 peer,
                 sent,
                 received,
-                link: ep.link_kind(peer),
+                link: ep.link_info(peer),
             }),
         }
     }

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::base::error::{Error, ErrorKind, Result};
-use crate::transport::LinkKind;
+use crate::transport::{LinkInfo, Reach};
 
 /// What one peer exchanged with this rank in one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub struct PeerTraffic {
     /// Bytes received from it.
     pub received: u64,
     /// The link it is reached by.
-    pub link: LinkKind,
+    pub link: LinkInfo,
 }
 
 /// One executed step of a schedule.
@@ -74,22 +74,12 @@ pub struct OpTrace<'a> {
     pub steps: &'a [StepTrace],
 }
 
-/// Name of a link kind in traces.
-fn link_name(k: LinkKind) -> &'static str {
-    match k {
-        LinkKind::Local => "self",
-        LinkKind::Memory => "memory",
-        LinkKind::Shm => "shm",
-        LinkKind::Tcp => "tcp",
-    }
-}
-
 /// The link level of an operation: `level0` when every peer is on this host, `level1` when
 /// every peer is reached over the network, both when mixed, `local` without peers.
 fn level_of(steps: &[StepTrace]) -> &'static str {
-    let peers = || steps.iter().flat_map(|s| &s.peers).map(|p| p.link);
-    let net = peers().any(|k| k == LinkKind::Tcp);
-    let host = peers().any(|k| matches!(k, LinkKind::Memory | LinkKind::Shm));
+    let peers = || steps.iter().flat_map(|s| &s.peers).map(|p| p.link.reach);
+    let net = peers().any(|k| k == Reach::Network);
+    let host = peers().any(|k| matches!(k, Reach::Process | Reach::Host));
     match (host, net) {
         (true, true) => "level0+level1",
         (false, true) => "level1",
@@ -290,7 +280,7 @@ impl TraceFile {
                 .map(|p| {
                     json!({
                         "peer": p.peer, "sent": p.sent, "received": p.received,
-                        "link": link_name(p.link),
+                        "link": p.link.name,
                     })
                 })
                 .collect();
@@ -390,19 +380,26 @@ mod tests {
             end: t0 + Duration::from_micros(b),
             peers,
         };
-        let p = |peer, sent, received, link| PeerTraffic {
+        let p = |peer, sent, received, name, reach| PeerTraffic {
             peer,
             sent,
             received,
-            link,
+            link: LinkInfo {
+                name,
+                reach,
+                single_copy: false,
+            },
         };
         let steps = [
             step(
                 10,
                 20,
-                vec![p(3, 64, 0, LinkKind::Shm), p(1, 0, 64, LinkKind::Shm)],
+                vec![
+                    p(3, 64, 0, "shm", Reach::Host),
+                    p(1, 0, 64, "shm", Reach::Host),
+                ],
             ),
-            step(20, 35, vec![p(3, 64, 64, LinkKind::Tcp)]),
+            step(20, 35, vec![p(3, 64, 64, "tcp", Reach::Network)]),
         ];
         let op = OpTrace {
             op: "AllReduce",

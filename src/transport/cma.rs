@@ -16,14 +16,17 @@ pub unsafe fn read_from(pid: i32, remote: usize, local: *mut u8, len: usize) -> 
     let mut done = 0usize;
     while done < len {
         let liov = libc::iovec {
-            iov_base: local.add(done).cast(),
+            // SAFETY: done < len, inside the caller's buffer.
+            iov_base: unsafe { local.add(done) }.cast(),
             iov_len: len - done,
         };
         let riov = libc::iovec {
             iov_base: (remote + done) as *mut libc::c_void,
             iov_len: len - done,
         };
-        let n = libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0);
+        // SAFETY: the local iovec lies in the caller's writable buffer; the kernel checks the
+        // remote one.
+        let n = unsafe { libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -67,6 +70,7 @@ mod tests {
         assert!(!probe(pid, &word as *const u64 as usize, word ^ 1));
         // Page zero is never mapped: the kernel reports EFAULT.
         let mut b = [0u8; 8];
+        // SAFETY: b is valid for 8 bytes.
         assert!(unsafe { read_from(pid, 8, b.as_mut_ptr(), 8) }.is_err());
     }
 }

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use super::backoff::NO_CPU;
 use super::doorbell::Doorbell;
+use super::link::{Link, LinkInfo, Medium, Reach, Shared, Wake};
 use super::tag::Tag;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
@@ -253,13 +254,18 @@ impl InprocFabric {
                 Some(b) => b.as_ptr(),
                 None => desc.ptr as *const u8,
             };
-            match reduce {
-                None => {
-                    if !std::ptr::eq(from, ptr) {
-                        std::ptr::copy(from, ptr, len);
+            // SAFETY: the sender's buffer (or the eager copy) holds `len` bytes and stays valid
+            // while its descriptor is queued, which the lock held here guarantees; `ptr` is
+            // valid per this function's contract.
+            unsafe {
+                match reduce {
+                    None => {
+                        if !std::ptr::eq(from, ptr) {
+                            std::ptr::copy(from, ptr, len);
+                        }
                     }
+                    Some(r) => r.apply(ptr, from, len),
                 }
-                Some(r) => r.apply(ptr, from, len),
             }
         }
         mb.consumed.store(desc.seq, Ordering::Release);
@@ -269,6 +275,155 @@ impl InprocFabric {
             self.ring(src);
         }
         Ok(true)
+    }
+}
+
+impl Medium for InprocFabric {
+    fn failure(&self) -> Option<Error> {
+        InprocFabric::failure(self)
+    }
+
+    fn fail(&self, why: &Error) {
+        InprocFabric::fail(self, why)
+    }
+}
+
+/// A receive waiting for its message.
+#[derive(Clone, Copy, Debug)]
+struct Recv {
+    ptr: usize,
+    len: usize,
+    reduce: Option<ReduceFn>,
+    tag: Tag,
+    /// Its reduction turn (see [`Shared::reduce_turn`]).
+    turn: Option<u64>,
+}
+
+/// The link of rank `me` to `peer`, another thread of this process, through their fabric.
+#[derive(Debug)]
+pub struct MemoryLink {
+    fabric: Arc<InprocFabric>,
+    me: usize,
+    peer: usize,
+    /// Sequence numbers of rendezvous sends not taken yet, in posting order.
+    sends: VecDeque<u64>,
+    recvs: VecDeque<Recv>,
+}
+
+impl MemoryLink {
+    /// The link of `me` to `peer` over `fabric` (which both have joined).
+    pub fn new(fabric: Arc<InprocFabric>, me: u32, peer: u32) -> MemoryLink {
+        MemoryLink {
+            fabric,
+            me: me as usize,
+            peer: peer as usize,
+            sends: VecDeque::new(),
+            recvs: VecDeque::new(),
+        }
+    }
+}
+
+impl Link for MemoryLink {
+    fn info(&self) -> LinkInfo {
+        LinkInfo {
+            name: "memory",
+            reach: Reach::Process,
+            single_copy: true,
+        }
+    }
+
+    fn medium(&self) -> Option<Arc<dyn Medium>> {
+        Some(self.fabric.clone())
+    }
+
+    unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        if let Some(seq) = unsafe { self.fabric.post_send(self.me, self.peer, ptr, len, tag) } {
+            self.sends.push_back(seq);
+        }
+        Ok(())
+    }
+
+    unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+        shared: &mut Shared,
+    ) -> Result<()> {
+        self.recvs.push_back(Recv {
+            ptr: ptr as usize,
+            len,
+            reduce,
+            tag,
+            turn: reduce.map(|_| shared.reduce_turn()),
+        });
+        Ok(())
+    }
+
+    fn progress(&mut self, shared: &mut Shared) -> Result<bool> {
+        let mut any = false;
+        // The fabric counts taken sends, so they complete in posting order.
+        while let Some(&seq) = self.sends.front() {
+            if !self.fabric.send_done(self.me, self.peer, seq) {
+                break;
+            }
+            self.sends.pop_front();
+            any = true;
+        }
+        while let Some(r) = self.recvs.front() {
+            if r.turn.is_some_and(|k| !shared.my_turn(k)) {
+                break;
+            }
+            // SAFETY: post_recv's contract keeps the buffer valid until the link is idle.
+            let done = unsafe {
+                self.fabric.try_recv(
+                    self.peer,
+                    self.me,
+                    r.ptr as *mut u8,
+                    r.len,
+                    r.reduce.as_ref(),
+                    &r.tag,
+                )?
+            };
+            if !done {
+                break;
+            }
+            if r.turn.is_some() {
+                shared.turn_done();
+            }
+            self.recvs.pop_front();
+            any = true;
+        }
+        Ok(any)
+    }
+
+    fn idle(&self) -> bool {
+        self.sends.is_empty() && self.recvs.is_empty()
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Doorbell
+    }
+
+    fn stray_tag(&self) -> Option<Tag> {
+        if !self.recvs.is_empty() {
+            return None;
+        }
+        self.fabric.peek_tag(self.peer, self.me)
+    }
+
+    fn peer_cpu(&self) -> u32 {
+        self.fabric.cpu_of(self.peer)
+    }
+
+    fn abort(&mut self, _why: &Error) {
+        if !self.sends.is_empty() {
+            self.fabric.cancel_sends(self.me, self.peer);
+        }
+        self.sends.clear();
+        self.recvs.clear();
     }
 }
 

@@ -52,6 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
+use super::link::{Link, LinkInfo, Medium, Reach, Shared, Wake};
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -288,13 +289,13 @@ impl Segment {
     /// Waits until the doorbell differs from `seen`, `also` is ready or `max` passes: polls
     /// under the backoff policy, then sleeps on the futex (at most [`SLEEP_TICK`]; `also` is
     /// not checked while asleep). Returns whether the doorbell moved or `also` was ready.
-    pub fn wait(&self, seen: u32, max: Duration, also: &mut impl Wait) -> bool {
-        struct SegWait<'a, W: Wait> {
+    pub fn wait(&self, seen: u32, max: Duration, also: &mut (impl Wait + ?Sized)) -> bool {
+        struct SegWait<'a, W: Wait + ?Sized> {
             bell: &'a AtomicU32,
             seen: u32,
             also: &'a mut W,
         }
-        impl<W: Wait> Wait for SegWait<'_, W> {
+        impl<W: Wait + ?Sized> Wait for SegWait<'_, W> {
             fn ready(&mut self) -> bool {
                 self.bell.load(Ordering::Acquire) != self.seen || self.also.ready()
             }
@@ -396,41 +397,60 @@ struct SlotHdr {
 }
 
 /// Writes a slot header; `tag` goes into a message's first slot.
+///
+/// # Safety
+/// `slot` must point to a whole slot (64-byte aligned header) that this rank owns: published
+/// by no one, or consumed by the peer.
 unsafe fn write_hdr(slot: *mut u8, h: SlotHdr, tag: &Tag) {
-    std::ptr::write(slot.add(8) as *mut u32, h.len);
-    std::ptr::write(slot.add(12) as *mut u32, h.flags);
-    let tag_off = if h.flags & FLAG_INLINE != 0 {
-        TAG_OFF_INLINE
-    } else {
-        std::ptr::write(slot.add(16) as *mut u64, h.total);
-        std::ptr::write(slot.add(24) as *mut u64, h.addr);
-        TAG_OFF
-    };
-    if h.flags & FLAG_FIRST != 0 {
-        std::ptr::copy_nonoverlapping(tag.0.as_ptr(), slot.add(tag_off), TAG_LEN);
+    // SAFETY: every offset lies inside the 64-byte header (the tag ends at TAG_OFF + TAG_LEN
+    // <= SLOT_HDR), aligned for its type since slots are 64-byte aligned; the slot is ours.
+    unsafe {
+        std::ptr::write(slot.add(8) as *mut u32, h.len);
+        std::ptr::write(slot.add(12) as *mut u32, h.flags);
+        let tag_off = if h.flags & FLAG_INLINE != 0 {
+            TAG_OFF_INLINE
+        } else {
+            std::ptr::write(slot.add(16) as *mut u64, h.total);
+            std::ptr::write(slot.add(24) as *mut u64, h.addr);
+            TAG_OFF
+        };
+        if h.flags & FLAG_FIRST != 0 {
+            std::ptr::copy_nonoverlapping(tag.0.as_ptr(), slot.add(tag_off), TAG_LEN);
+        }
     }
 }
 
+/// Reads a slot header.
+///
+/// # Safety
+/// `slot` must point to a whole slot that the peer has published and this rank not consumed.
 unsafe fn read_hdr(slot: *const u8) -> SlotHdr {
-    let len = std::ptr::read_volatile(slot.add(8) as *const u32);
-    let flags = std::ptr::read_volatile(slot.add(12) as *const u32);
-    if flags & FLAG_INLINE != 0 {
-        return SlotHdr {
+    // SAFETY: offsets inside the aligned 64-byte header of a published slot. Volatile: the
+    // memory is shared with another process (the acquire on the sequence word ordered it).
+    unsafe {
+        let len = std::ptr::read_volatile(slot.add(8) as *const u32);
+        let flags = std::ptr::read_volatile(slot.add(12) as *const u32);
+        if flags & FLAG_INLINE != 0 {
+            return SlotHdr {
+                len,
+                flags,
+                total: len as u64,
+                addr: 0,
+            };
+        }
+        SlotHdr {
             len,
             flags,
-            total: len as u64,
-            addr: 0,
-        };
-    }
-    SlotHdr {
-        len,
-        flags,
-        total: std::ptr::read_volatile(slot.add(16) as *const u64),
-        addr: std::ptr::read_volatile(slot.add(24) as *const u64),
+            total: std::ptr::read_volatile(slot.add(16) as *const u64),
+            addr: std::ptr::read_volatile(slot.add(24) as *const u64),
+        }
     }
 }
 
 /// The tag of a message's first slot whose header `h` has been read.
+///
+/// # Safety
+/// As for [`read_hdr`].
 unsafe fn read_tag(slot: *const u8, h: &SlotHdr) -> Tag {
     let off = if h.flags & FLAG_INLINE != 0 {
         TAG_OFF_INLINE
@@ -438,7 +458,8 @@ unsafe fn read_tag(slot: *const u8, h: &SlotHdr) -> Tag {
         TAG_OFF
     };
     let mut t = Tag::default();
-    std::ptr::copy_nonoverlapping(slot.add(off), t.0.as_mut_ptr(), TAG_LEN);
+    // SAFETY: the tag lies inside the published slot's header (see `write_hdr`).
+    unsafe { std::ptr::copy_nonoverlapping(slot.add(off), t.0.as_mut_ptr(), TAG_LEN) };
     t
 }
 
@@ -492,61 +513,6 @@ impl ShmLink {
     /// Whether messages to this peer may go single-copy.
     pub fn single_copy(&self) -> bool {
         self.single_copy
-    }
-
-    /// Queues a send of a message tagged `tag`.
-    ///
-    /// # Safety
-    /// `ptr` must stay valid and unmodified for `len` bytes until `idle` is true.
-    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) {
-        self.tx.push_back(TxOp {
-            ptr: ptr as usize,
-            len,
-            tag,
-            off: 0,
-            cma: self.single_copy && len >= SINGLE_COPY_MIN,
-            published: false,
-            last_slot: 0,
-        });
-    }
-
-    /// Queues a receive of a message tagged `tag`; `order` ranks reducing receives across
-    /// links (they run in order).
-    ///
-    /// # Safety
-    /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
-    pub unsafe fn post_recv(
-        &mut self,
-        ptr: *mut u8,
-        len: usize,
-        reduce: Option<ReduceFn>,
-        order: Option<u64>,
-        tag: Tag,
-    ) {
-        self.rx.push_back(RxOp {
-            ptr: ptr as usize,
-            len,
-            tag,
-            got: 0,
-            reduce,
-            order,
-            started: false,
-        });
-    }
-
-    /// Whether nothing is queued.
-    pub fn idle(&self) -> bool {
-        self.tx.is_empty() && self.rx.is_empty()
-    }
-
-    /// Moves whatever can move now. `reduce_next` is the order number of the reducing receive
-    /// allowed to run (advanced here when one completes); `stage` is the endpoint's scratch for
-    /// single-copy reductions, shared by all its links (grown once to [`REDUCE_CHUNK`]).
-    /// Returns whether anything moved.
-    pub fn progress(&mut self, reduce_next: &mut u64, stage: &mut Vec<u8>) -> Result<bool> {
-        let mut any = self.progress_tx();
-        any |= self.progress_rx(reduce_next, stage)?;
-        Ok(any)
     }
 
     fn progress_tx(&mut self) -> bool {
@@ -639,13 +605,11 @@ impl ShmLink {
         any | (self.tx.len() != before)
     }
 
-    fn progress_rx(&mut self, reduce_next: &mut u64, stage: &mut Vec<u8>) -> Result<bool> {
+    fn progress_rx(&mut self, shared: &mut Shared) -> Result<bool> {
         let mut any = false;
         while let Some(op) = self.rx.front_mut() {
-            if let Some(k) = op.order {
-                if k != *reduce_next {
-                    break;
-                }
+            if op.order.is_some_and(|k| !shared.my_turn(k)) {
+                break;
             }
             let seq = self.inp.seq(self.rd).load(Ordering::Acquire);
             if seq != self.rd + 1 {
@@ -703,6 +667,7 @@ impl ShmLink {
                 match op.reduce {
                     None => read(remote, dst, step)?,
                     Some(r) => {
+                        let stage = &mut shared.stage;
                         if stage.len() < REDUCE_CHUNK {
                             stage.resize(REDUCE_CHUNK, 0);
                         }
@@ -773,7 +738,7 @@ impl ShmLink {
             any = true;
             if op.got == op.len {
                 if op.order.is_some() {
-                    *reduce_next += 1;
+                    shared.turn_done();
                 }
                 self.rx.pop_front();
             }
@@ -782,7 +747,7 @@ impl ShmLink {
     }
 
     /// The tag of the peer's next message when it has arrived and no receive is posted for it.
-    pub fn peek_tag(&self) -> Option<Tag> {
+    fn peek_tag(&self) -> Option<Tag> {
         if !self.rx.is_empty() || self.inp.seq(self.rd).load(Ordering::Acquire) != self.rd + 1 {
             return None;
         }
@@ -792,11 +757,6 @@ impl ShmLink {
         let h = unsafe { read_hdr(slot) };
         // SAFETY: as above; a first slot carries a tag.
         (h.flags & FLAG_FIRST != 0).then(|| unsafe { read_tag(slot, &h) })
-    }
-
-    /// The CPU the peer last waited on ([`NO_CPU`] before its first wait).
-    pub fn peer_cpu(&self) -> u32 {
-        self.peer_map.u32_at(OFF_CPU).load(Ordering::Relaxed)
     }
 
     /// Fails when the peer has aborted (raised its failure flag): one shared-memory load.
@@ -842,7 +802,7 @@ fn peer_failure(m: &Mapping, peer: u32, pid: i32) -> Error {
 
 impl ShmLink {
     /// Fails when the peer has aborted or its process is gone (its liveness connection closed).
-    pub fn check_peer(&self) -> Result<()> {
+    pub fn check_alive(&self) -> Result<()> {
         self.check_aborted()?;
         let mut p = libc::pollfd {
             fd: self.stream.as_raw_fd(),
@@ -863,9 +823,109 @@ impl ShmLink {
         }
         Ok(())
     }
+}
+
+impl Medium for Segment {
+    /// Raised before any link is released, so a peer that finishes a single-copy read of this
+    /// rank's buffer afterwards sees it and discards what it read.
+    fn fail(&self, why: &Error) {
+        self.mark_failed(why);
+    }
+
+    fn set_cpu(&self, cpu: u32) {
+        Segment::set_cpu(self, cpu);
+    }
+
+    fn bell_seq(&self) -> Option<u32> {
+        Some(Segment::bell_seq(self))
+    }
+
+    fn wait(&self, seen: u32, max: Duration, also: &mut dyn Wait) -> bool {
+        Segment::wait(self, seen, max, also)
+    }
+}
+
+impl Link for ShmLink {
+    fn info(&self) -> LinkInfo {
+        LinkInfo {
+            name: "shm",
+            reach: Reach::Host,
+            single_copy: self.single_copy,
+        }
+    }
+
+    fn medium(&self) -> Option<Arc<dyn Medium>> {
+        Some(self.own.clone())
+    }
+
+    unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
+        self.tx.push_back(TxOp {
+            ptr: ptr as usize,
+            len,
+            tag,
+            off: 0,
+            cma: self.single_copy && len >= SINGLE_COPY_MIN,
+            published: false,
+            last_slot: 0,
+        });
+        Ok(())
+    }
+
+    /// Reducing receives take turns across the endpoint's links (see [`Shared`]).
+    unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+        shared: &mut Shared,
+    ) -> Result<()> {
+        self.rx.push_back(RxOp {
+            ptr: ptr as usize,
+            len,
+            tag,
+            got: 0,
+            reduce,
+            order: reduce.map(|_| shared.reduce_turn()),
+            started: false,
+        });
+        Ok(())
+    }
+
+    /// Single-copy reductions read through `shared.stage`, grown once to [`REDUCE_CHUNK`].
+    fn progress(&mut self, shared: &mut Shared) -> Result<bool> {
+        let mut any = self.progress_tx();
+        any |= self.progress_rx(shared)?;
+        Ok(any)
+    }
+
+    fn idle(&self) -> bool {
+        self.tx.is_empty() && self.rx.is_empty()
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Medium
+    }
+
+    /// The failure flag is one load; the liveness connection costs a system call.
+    fn check_peer(&self, thorough: bool) -> Result<()> {
+        if thorough {
+            self.check_alive()
+        } else {
+            self.check_aborted()
+        }
+    }
+
+    fn stray_tag(&self) -> Option<Tag> {
+        self.peek_tag()
+    }
+
+    fn peer_cpu(&self) -> u32 {
+        self.peer_map.u32_at(OFF_CPU).load(Ordering::Relaxed)
+    }
 
     /// Drops queued work and closes the liveness connection so the peer notices at once.
-    pub fn abort(&mut self) {
+    fn abort(&mut self, _why: &Error) {
         self.tx.clear();
         self.rx.clear();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
@@ -1047,8 +1107,9 @@ pub fn introduce(
             Some((hello, peer_map, _)) if answer[0] == 1 => {
                 s.set_nonblocking(true)
                     .map_err(|e| io_ctx(p, "socket set-up", e))?;
-                // SAFETY: offsets checked against the mappings' lengths in `attach`/`Geometry`.
                 let out_chan = Channel {
+                    // SAFETY: offsets checked against the mappings' lengths in
+                    // `attach`/`Geometry`.
                     base: unsafe { seg.map.ptr.add(geo.chan_off(i)) },
                     slot_bytes: geo.slot_bytes,
                 };
@@ -1119,11 +1180,10 @@ mod tests {
 
     /// Drives both ends until idle (single thread: both links live in this process).
     fn drive(a: &mut ShmLink, b: &mut ShmLink) -> Result<()> {
-        let (mut ra, mut rb) = (0u64, 0u64);
-        let mut stage = Vec::new();
+        let (mut sa, mut sb) = (Shared::default(), Shared::default());
         for _ in 0..1_000_000 {
-            a.progress(&mut ra, &mut stage)?;
-            b.progress(&mut rb, &mut stage)?;
+            a.progress(&mut sa)?;
+            b.progress(&mut sb)?;
             if a.idle() && b.idle() {
                 return Ok(());
             }
@@ -1149,9 +1209,11 @@ mod tests {
                 .collect();
             let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
             for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
+                // SAFETY: the buffers outlive the transfer (driven to the end below).
                 unsafe {
-                    a.post_send(s.as_ptr(), s.len(), T);
-                    b.post_recv(d.as_mut_ptr(), d.len(), None, None, T);
+                    a.post_send(s.as_ptr(), s.len(), T).unwrap();
+                    b.post_recv(d.as_mut_ptr(), d.len(), None, T, &mut Shared::default())
+                        .unwrap();
                 }
             }
             drive(&mut a, &mut b).unwrap();
@@ -1166,9 +1228,17 @@ mod tests {
             let n = 200_000usize;
             let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
             let mut dst: Vec<f32> = vec![1.0; n];
+            // SAFETY: the buffers outlive the transfer (driven to the end below).
             unsafe {
-                a.post_send(src.as_ptr().cast(), n * 4, T);
-                b.post_recv(dst.as_mut_ptr().cast(), n * 4, Some(sum_f32()), Some(0), T);
+                a.post_send(src.as_ptr().cast(), n * 4, T).unwrap();
+                b.post_recv(
+                    dst.as_mut_ptr().cast(),
+                    n * 4,
+                    Some(sum_f32()),
+                    T,
+                    &mut Shared::default(),
+                )
+                .unwrap();
             }
             drive(&mut a, &mut b).unwrap();
             assert!(dst.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
@@ -1180,17 +1250,19 @@ mod tests {
         let (mut a, mut b) = links(64 << 10, true);
         let src = [0u8; 10];
         let mut dst = [0u8; 12];
+        // SAFETY: the buffers outlive the transfer (driven to the end below).
         unsafe {
-            a.post_send(src.as_ptr(), 10, T);
-            b.post_recv(dst.as_mut_ptr(), 12, None, None, T);
+            a.post_send(src.as_ptr(), 10, T).unwrap();
+            b.post_recv(dst.as_mut_ptr(), 12, None, T, &mut Shared::default())
+                .unwrap();
         }
         let e = drive(&mut a, &mut b).unwrap_err();
         assert!(e.msg.contains("size mismatch"), "{}", e.msg);
-        assert!(b.check_peer().is_ok());
+        assert!(b.check_alive().is_ok());
         a.segment()
             .mark_failed(&Error::new(ErrorKind::Para, "rank 0 saw a mismatch"));
-        a.abort();
-        let e = b.check_peer().unwrap_err();
+        a.abort(&Error::new(ErrorKind::Para, "rank 0 saw a mismatch"));
+        let e = b.check_alive().unwrap_err();
         assert!(e.msg.contains("peer rank 0"), "{}", e.msg);
         assert_eq!(e.kind, ErrorKind::Para, "{e}");
         assert!(e.msg.contains("rank 0 saw a mismatch"), "{}", e.msg);
@@ -1209,23 +1281,29 @@ mod tests {
             let src = vec![5u8; len];
             let mut dst = vec![0u8; len];
             let mut ok = vec![0u8; len];
+            let mut sh = Shared::default();
+            // SAFETY: the buffers outlive the transfers (driven to the end below).
             unsafe {
-                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 2).encode());
+                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 2).encode())
+                    .unwrap();
                 b.post_recv(
                     ok.as_mut_ptr(),
                     len,
                     None,
-                    None,
                     tag(OpKind::AllReduce, 2).encode(),
-                );
-                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 3).encode());
+                    &mut sh,
+                )
+                .unwrap();
+                a.post_send(src.as_ptr(), len, tag(OpKind::AllReduce, 3).encode())
+                    .unwrap();
                 b.post_recv(
                     dst.as_mut_ptr(),
                     len,
                     None,
-                    None,
                     tag(OpKind::AllReduce, 4).encode(),
-                );
+                    &mut sh,
+                )
+                .unwrap();
             }
             let e = drive(&mut a, &mut b).unwrap_err();
             assert_eq!(e.kind, ErrorKind::Para);

@@ -27,8 +27,9 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::link::{Link, LinkInfo, Reach, Shared, Wake};
 use super::tag::{Tag, TAG_LEN};
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
@@ -263,44 +264,6 @@ impl TcpLink {
         self.socks.len()
     }
 
-    /// Queues a send of a message tagged `tag`.
-    ///
-    /// # Safety
-    /// `ptr` must stay valid for reads of `len` bytes until `idle` is true.
-    pub unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) {
-        self.tx.push_back(Op {
-            ptr: ptr as usize,
-            len,
-            reduce: None,
-            tag,
-        });
-    }
-
-    /// Queues a receive of a message tagged `tag` (with reduction into the destination when
-    /// `reduce` is given).
-    ///
-    /// # Safety
-    /// `ptr` must stay valid for writes (and reads when reducing) of `len` bytes until `idle`.
-    pub unsafe fn post_recv(
-        &mut self,
-        ptr: *mut u8,
-        len: usize,
-        reduce: Option<ReduceFn>,
-        tag: Tag,
-    ) {
-        self.rx.push_back(Op {
-            ptr: ptr as usize,
-            len,
-            reduce,
-            tag,
-        });
-    }
-
-    /// Whether no operation is pending.
-    pub fn idle(&self) -> bool {
-        self.tx.is_empty() && self.rx.is_empty()
-    }
-
     fn tx_pending(&self, s: &Sock) -> bool {
         s.tx_seq < self.tx_base + self.tx.len() as u64
     }
@@ -367,28 +330,9 @@ impl TcpLink {
         }
     }
 
-    /// Whether the peer has closed or reset any socket of this link (checked without waiting).
-    pub fn hung_up(&self) -> bool {
-        let mut fds: Vec<libc::pollfd> = self
-            .socks
-            .iter()
-            .map(|s| libc::pollfd {
-                fd: s.stream.as_raw_fd(),
-                events: libc::POLLRDHUP,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: polls valid descriptors without blocking.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-        r > 0
-            && fds
-                .iter()
-                .any(|f| f.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
-    }
-
     /// The tag of a message that has arrived when no receive is posted (read without consuming
     /// it; an abort record is left for the next receive to report).
-    pub fn peek_tag(&self) -> Option<Tag> {
+    fn peek_tag(&self) -> Option<Tag> {
         if !self.rx.is_empty() {
             return None;
         }
@@ -420,34 +364,6 @@ impl TcpLink {
         }
     }
 
-    /// Drops pending operations, tells the peer `why` on every socket that stands between two
-    /// messages, and shuts the sockets down so the peer notices at once.
-    pub fn abort(&mut self, why: &Error) {
-        self.tx.clear();
-        self.rx.clear();
-        let n = self.socks.len();
-        for (i, s) in self.socks.iter_mut().enumerate() {
-            if s.tx_done == 0 {
-                // Best effort and never blocking: a full socket buffer only loses the reason.
-                let _ = s.stream.write(&abort_record(i, n, why));
-            }
-            let _ = s.stream.shutdown(std::net::Shutdown::Both);
-            s.tx_done = 0;
-            s.rx_hdr_got = 0;
-            s.rx_got = 0;
-            s.stage_fill = 0;
-        }
-        // Sequence numbers stay consistent with the (now empty) queues.
-        let end_tx = self.socks.iter().map(|s| s.tx_seq).max().unwrap_or(0);
-        let end_rx = self.socks.iter().map(|s| s.rx_seq).max().unwrap_or(0);
-        for s in &mut self.socks {
-            s.tx_seq = end_tx;
-            s.rx_seq = end_rx;
-        }
-        self.tx_base = end_tx;
-        self.rx_base = end_rx;
-    }
-
     fn where_(&self, s: usize) -> String {
         if self.socks.len() == 1 {
             format!("peer rank {} ({})", self.peer, self.addr)
@@ -474,27 +390,6 @@ impl TcpLink {
             ErrorKind::TcpTransfer,
             format!("{} closed the connection", self.where_(s)),
         )
-    }
-
-    /// Moves as many bytes as the sockets take or give without blocking.
-    /// Returns whether any progress was made.
-    pub fn progress(&mut self) -> Result<bool> {
-        let mut any = false;
-        for s in 0..self.socks.len() {
-            any |= self.send_on(s)?;
-            any |= self.recv_on(s)?;
-        }
-        let done_tx = self.socks.iter().map(|s| s.tx_seq).min().unwrap_or(0);
-        while self.tx_base < done_tx {
-            self.tx.pop_front();
-            self.tx_base += 1;
-        }
-        let done_rx = self.socks.iter().map(|s| s.rx_seq).min().unwrap_or(0);
-        while self.rx_base < done_rx {
-            self.rx.pop_front();
-            self.rx_base += 1;
-        }
-        Ok(any)
     }
 
     fn send_on(&mut self, s: usize) -> Result<bool> {
@@ -750,6 +645,131 @@ impl TcpLink {
     }
 }
 
+impl Link for TcpLink {
+    fn info(&self) -> LinkInfo {
+        LinkInfo {
+            name: "tcp",
+            reach: Reach::Network,
+            single_copy: false,
+        }
+    }
+
+    unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
+        self.tx.push_back(Op {
+            ptr: ptr as usize,
+            len,
+            reduce: None,
+            tag,
+        });
+        Ok(())
+    }
+
+    /// A reducing receive is reduced as it arrives, without taking a turn.
+    unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+        _shared: &mut Shared,
+    ) -> Result<()> {
+        self.rx.push_back(Op {
+            ptr: ptr as usize,
+            len,
+            reduce,
+            tag,
+        });
+        Ok(())
+    }
+
+    /// Moves as many bytes as the sockets take or give without blocking.
+    fn progress(&mut self, _shared: &mut Shared) -> Result<bool> {
+        let mut any = false;
+        for s in 0..self.socks.len() {
+            any |= self.send_on(s)?;
+            any |= self.recv_on(s)?;
+        }
+        let done_tx = self.socks.iter().map(|s| s.tx_seq).min().unwrap_or(0);
+        while self.tx_base < done_tx {
+            self.tx.pop_front();
+            self.tx_base += 1;
+        }
+        let done_rx = self.socks.iter().map(|s| s.rx_seq).min().unwrap_or(0);
+        while self.rx_base < done_rx {
+            self.rx.pop_front();
+            self.rx_base += 1;
+        }
+        Ok(any)
+    }
+
+    fn idle(&self) -> bool {
+        self.tx.is_empty() && self.rx.is_empty()
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Fd(libc::pollfd {
+            fd: self.fd(),
+            events: self.poll_events(),
+            revents: 0,
+        })
+    }
+
+    fn stray_tag(&self) -> Option<Tag> {
+        self.peek_tag()
+    }
+
+    fn hangup_fd(&self) -> Option<RawFd> {
+        Some(self.fd())
+    }
+
+    /// Whether the peer has closed or reset any socket of this link (checked without waiting).
+    fn hung_up(&self) -> bool {
+        let mut fds: Vec<libc::pollfd> = self
+            .socks
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.stream.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: polls valid descriptors without blocking.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        r > 0
+            && fds
+                .iter()
+                .any(|f| f.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+    }
+
+    /// Drops pending operations, tells the peer `why` on every socket that stands between two
+    /// messages, and shuts the sockets down so the peer notices at once.
+    fn abort(&mut self, why: &Error) {
+        self.tx.clear();
+        self.rx.clear();
+        let n = self.socks.len();
+        for (i, s) in self.socks.iter_mut().enumerate() {
+            if s.tx_done == 0 {
+                // Best effort and never blocking: a full socket buffer only loses the reason.
+                let _ = s.stream.write(&abort_record(i, n, why));
+            }
+            let _ = s.stream.shutdown(std::net::Shutdown::Both);
+            s.tx_done = 0;
+            s.rx_hdr_got = 0;
+            s.rx_got = 0;
+            s.stage_fill = 0;
+        }
+        // Sequence numbers stay consistent with the (now empty) queues.
+        let end_tx = self.socks.iter().map(|s| s.tx_seq).max().unwrap_or(0);
+        let end_rx = self.socks.iter().map(|s| s.rx_seq).max().unwrap_or(0);
+        for s in &mut self.socks {
+            s.tx_seq = end_tx;
+            s.rx_seq = end_rx;
+        }
+        self.tx_base = end_tx;
+        self.rx_base = end_rx;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,9 +808,17 @@ mod tests {
         let sent = OpTag { count: 11, ..want };
         let s = [9u8; 64];
         let mut d = [0u8; 64];
+        // SAFETY: the buffers outlive the transfers, driven to the end below.
         unsafe {
-            a.post_send(s.as_ptr(), 64, sent.encode());
-            b.post_recv(d.as_mut_ptr(), 64, None, want.encode());
+            a.post_send(s.as_ptr(), 64, sent.encode()).unwrap();
+            b.post_recv(
+                d.as_mut_ptr(),
+                64,
+                None,
+                want.encode(),
+                &mut Shared::default(),
+            )
+            .unwrap();
         }
         let e = drive(&mut a, &mut b).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Para);
@@ -812,11 +840,15 @@ mod tests {
         ] {
             let (mut a, mut b) = pair(2);
             let mut d = vec![0u8; 100];
-            unsafe { b.post_recv(d.as_mut_ptr(), 100, None, T) };
+            // SAFETY: the buffers outlive the transfers, driven to the end below.
+            unsafe {
+                b.post_recv(d.as_mut_ptr(), 100, None, T, &mut Shared::default())
+                    .unwrap()
+            };
             a.abort(&Error::new(kind, text.clone()));
             let t0 = std::time::Instant::now();
             let e = loop {
-                match b.progress() {
+                match b.progress(&mut Shared::default()) {
                     Err(e) => break e,
                     Ok(_) => assert!(t0.elapsed().as_secs() < 10, "no error"),
                 }
@@ -884,8 +916,8 @@ mod tests {
     fn drive(a: &mut TcpLink, b: &mut TcpLink) -> Result<()> {
         let t0 = std::time::Instant::now();
         while !(a.idle() && b.idle()) {
-            a.progress()?;
-            b.progress()?;
+            a.progress(&mut Shared::default())?;
+            b.progress(&mut Shared::default())?;
             assert!(t0.elapsed().as_secs() < 30, "link did not drain");
         }
         Ok(())
@@ -900,9 +932,12 @@ mod tests {
         n: usize,
     ) {
         for i in 0..n {
-            let x = (a as *const u32).add(i).read_unaligned();
-            let y = (b as *const u32).add(i).read_unaligned();
-            (d as *mut u32).add(i).write_unaligned(x.wrapping_add(y));
+            // SAFETY: the caller passes n words at each pointer.
+            unsafe {
+                let x = (a as *const u32).add(i).read_unaligned();
+                let y = (b as *const u32).add(i).read_unaligned();
+                (d as *mut u32).add(i).write_unaligned(x.wrapping_add(y));
+            }
         }
     }
 
@@ -918,9 +953,11 @@ mod tests {
                 .collect();
             let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&l| vec![0xee; l]).collect();
             for (s, d) in srcs.iter().zip(dsts.iter_mut()) {
+                // SAFETY: the buffers outlive the transfers, driven to the end below.
                 unsafe {
-                    a.post_send(s.as_ptr(), s.len(), T);
-                    b.post_recv(d.as_mut_ptr(), d.len(), None, T);
+                    a.post_send(s.as_ptr(), s.len(), T).unwrap();
+                    b.post_recv(d.as_mut_ptr(), d.len(), None, T, &mut Shared::default())
+                        .unwrap();
                 }
             }
             // A reducing receive of u32 words.
@@ -933,9 +970,17 @@ mod tests {
                 op: crate::base::dtype::ReduceOp::Sum,
                 elem_size: 4,
             };
+            // SAFETY: the buffers outlive the transfers, driven to the end below.
             unsafe {
-                a.post_send(src.as_ptr().cast(), words * 4, T);
-                b.post_recv(acc.as_mut_ptr().cast(), words * 4, Some(red), T);
+                a.post_send(src.as_ptr().cast(), words * 4, T).unwrap();
+                b.post_recv(
+                    acc.as_mut_ptr().cast(),
+                    words * 4,
+                    Some(red),
+                    T,
+                    &mut Shared::default(),
+                )
+                .unwrap();
             }
             drive(&mut a, &mut b).unwrap();
             assert_eq!(srcs, dsts, "{n} sockets");
@@ -948,9 +993,11 @@ mod tests {
         let (mut a, mut b) = pair(2);
         let s = [1u8; 100];
         let mut d = vec![0u8; 99];
+        // SAFETY: the buffers outlive the transfers, driven to the end below.
         unsafe {
-            a.post_send(s.as_ptr(), s.len(), T);
-            b.post_recv(d.as_mut_ptr(), d.len(), None, T);
+            a.post_send(s.as_ptr(), s.len(), T).unwrap();
+            b.post_recv(d.as_mut_ptr(), d.len(), None, T, &mut Shared::default())
+                .unwrap();
         }
         let e = drive(&mut a, &mut b).unwrap_err();
         assert!(e.msg.contains("sent 100 bytes"), "{}", e.msg);
@@ -961,10 +1008,14 @@ mod tests {
         let (mut a, b) = pair(2);
         drop(b);
         let mut d = vec![0u8; 10];
-        unsafe { a.post_recv(d.as_mut_ptr(), 10, None, T) };
+        // SAFETY: the buffers outlive the transfers, driven to the end below.
+        unsafe {
+            a.post_recv(d.as_mut_ptr(), 10, None, T, &mut Shared::default())
+                .unwrap()
+        };
         let t0 = std::time::Instant::now();
         let e = loop {
-            match a.progress() {
+            match a.progress(&mut Shared::default()) {
                 Err(e) => break e,
                 Ok(_) => assert!(t0.elapsed().as_secs() < 10, "no error"),
             }

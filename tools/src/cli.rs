@@ -1,6 +1,16 @@
 //! Command-line flags, with the vendor hccl_test's names and meanings, and the size sweep.
+//!
+//! The testers' flags are a `clap` derive ([`TesterArgs`]); the defaults that differ between
+//! the `<op>_test` binaries and `hccl_bench` ([`Defaults`]) are filled in when the command is
+//! built, so `--help` shows the binary's own. [`parse_size`] is the one size parser of every
+//! tool.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::dtype::DType;
 
@@ -18,17 +28,6 @@ pub enum RedOp {
 }
 
 impl RedOp {
-    /// Parses `sum`, `prod`, `max` or `min`.
-    pub fn parse(s: &str) -> Option<RedOp> {
-        match s.to_ascii_lowercase().as_str() {
-            "sum" => Some(RedOp::Sum),
-            "prod" => Some(RedOp::Prod),
-            "max" => Some(RedOp::Max),
-            "min" => Some(RedOp::Min),
-            _ => None,
-        }
-    }
-
     /// The flag spelling.
     pub fn name(self) -> &'static str {
         match self {
@@ -119,7 +118,7 @@ impl Defaults {
         }
     }
 
-    /// Defaults of `hccl_bench`: 8 B to 64 MiB, ×4, four ranks as threads.
+    /// Defaults of `hccl_bench`: 8 B to 64 MiB, ×2, four ranks as threads.
     pub fn bench() -> Defaults {
         Defaults {
             min_bytes: 8,
@@ -145,56 +144,97 @@ pub const MAX_SIZES: usize = 100_000;
 /// Most ranks `-t` may start.
 pub const MAX_THREADS: u32 = 4096;
 
-/// The usage text of binary `bin`.
-pub fn usage(bin: &str, d: &Defaults) -> String {
-    let types: Vec<&str> = DType::ALL.iter().map(|t| t.name()).collect();
-    format!(
-        "usage: {bin} [options]\n\
-         \n\
-         Measures one collective of the HCCL library and checks its results.\n\
-         \n\
-         Sizes (bytes per rank; K, M, G suffixes are powers of 1024):\n\
-         \x20 -b, --minbytes SIZE       smallest size (default {min})\n\
-         \x20 -e, --maxbytes SIZE       largest size (default {max})\n\
-         \x20 -f, --stepfactor N        multiply the size by N each step (default {f})\n\
-         \x20 -i, --stepbytes SIZE      add SIZE each step instead of multiplying\n\
-         Operation:\n\
-         \x20 -o, --op OP               reduction: sum, prod, max, min (default sum)\n\
-         \x20 -r, --root RANK           root of broadcast, reduce, scatter (default 0)\n\
-         \x20 -d, --datatype TYPE       {types} (default fp32)\n\
-         Measurement:\n\
-         \x20 -n, --iters N             timed iterations per size (default 20)\n\
-         \x20 -w, --warmup_iters N      warm-up iterations per size (default 5)\n\
-         \x20 -c, --check 0|1           check results (default 1)\n\
-         \x20 -p, --npus N              ranks per node (informational)\n\
-         \x20 -z, --zero_copy 0|1       accepted for compatibility; no effect on host memory\n\
-         \x20 --compress METHOD         all-reduce only: fp16, bf16, int8[:BLOCK], topk[:RATIO]\n\
-         \x20                           (across hosts; between all ranks on one host); check:\n\
-         \x20                           every rank got the same bytes; adds rel_l2_error, the\n\
-         \x20                           relative L2 error against the exact sum\n\
-         Launch:\n\
-         \x20 -t, --threads N           run N ranks as threads of this process{tdef}\n\
-         \x20 (without -t: one rank per process, from mpirun, torchrun or HCCL_RANK variables)\n\
-         Output:\n\
-         \x20 --csv FILE                also write the table as CSV\n\
-         \x20 --json FILE               also write the table as JSON\n\
-         \x20 -h, --help                print this text\n\
-         \n\
-         Columns: data_size (bytes per rank), aveg_time (us, slowest rank's mean),\n\
-         alg_bandwidth (GB/s = data_size / time), bus_bandwidth (GB/s, NCCL convention),\n\
-         check_result (success, failed, or NULL when unchecked or not exactly representable).\n",
-        min = d.min_bytes,
-        max = d.max_bytes,
-        f = d.factor,
-        types = types.join(", "),
-        tdef = match d.threads {
-            Some(t) => format!(" (default {t})"),
-            None => String::new(),
-        },
-    )
+/// The testers' flags, spelled as the vendor's hccl_test spells them.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Measures one collective of the HCCL library and checks its results.",
+    after_help = "Sizes are bytes per rank; K, M, G suffixes are powers of 1024.\n\
+                  Without -t: one rank per process, from mpirun, srun, torchrun or HCCL_RANK \
+                  variables.\n\n\
+                  Columns: data_size (bytes per rank), aveg_time (us, slowest rank's mean),\n\
+                  alg_bandwidth (GB/s = data_size / time), bus_bandwidth (GB/s, NCCL convention),\n\
+                  check_result (success, failed, or NULL when unchecked or not exactly \
+                  representable).",
+    disable_version_flag = true
+)]
+pub struct TesterArgs {
+    /// Smallest size
+    #[arg(short = 'b', long = "minbytes", value_name = "SIZE", value_parser = size_arg, default_value = "8K", help_heading = "Sizes")]
+    pub min_bytes: u64,
+    /// Largest size
+    #[arg(short = 'e', long = "maxbytes", value_name = "SIZE", value_parser = size_arg, default_value = "64M", help_heading = "Sizes")]
+    pub max_bytes: u64,
+    /// Multiply the size by N each step
+    #[arg(short = 'f', long = "stepfactor", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(2..), default_value_t = 2,
+          help_heading = "Sizes")]
+    pub factor: u64,
+    /// Add SIZE each step instead of multiplying
+    #[arg(short = 'i', long = "stepbytes", value_name = "SIZE", value_parser = increment_arg,
+          help_heading = "Sizes")]
+    pub increment: Option<u64>,
+    /// Reduction: sum, prod, max, min
+    #[arg(short = 'o', long = "op", value_name = "OP", value_parser = red_op_arg,
+          default_value = "sum", help_heading = "Operation")]
+    pub red_op: RedOp,
+    /// Root of broadcast, reduce, scatter
+    #[arg(
+        short = 'r',
+        long = "root",
+        value_name = "RANK",
+        default_value_t = 0,
+        help_heading = "Operation"
+    )]
+    pub root: u32,
+    /// Element type
+    #[arg(short = 'd', long = "datatype", value_name = "TYPE", value_parser = dtype_arg,
+          default_value = "fp32", help_heading = "Operation")]
+    pub dtype: DType,
+    /// Timed iterations per size
+    #[arg(short = 'n', long = "iters", value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "Measurement")]
+    pub iters: u32,
+    /// Warm-up iterations per size
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        value_name = "N",
+        default_value_t = 5,
+        help_heading = "Measurement"
+    )]
+    pub warmup: u32,
+    /// Check results
+    #[arg(short = 'c', long = "check", value_name = "0|1", value_parser = bool_arg, action = ArgAction::Set,
+          default_value = "1", help_heading = "Measurement")]
+    pub check: bool,
+    /// Ranks per node (informational)
+    #[arg(short = 'p', long = "npus", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "Measurement")]
+    pub ranks_per_node: Option<u32>,
+    /// Accepted for compatibility; no effect on host memory
+    #[arg(short = 'z', long = "zero_copy", value_name = "0|1", value_parser = bool_arg, action = ArgAction::Set,
+          default_value = "0", help_heading = "Measurement")]
+    pub zero_copy: bool,
+    /// Run N ranks as threads of this process
+    #[arg(short = 't', long = "threads", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64),
+          help_heading = "Launch")]
+    pub threads: Option<u32>,
+    /// Also write the table as CSV
+    #[arg(long = "csv", value_name = "FILE", help_heading = "Output")]
+    pub csv: Option<PathBuf>,
+    /// Also write the table as JSON
+    #[arg(long = "json", value_name = "FILE", help_heading = "Output")]
+    pub json: Option<PathBuf>,
+    /// All-reduce only: fp16, bf16, int8[:BLOCK], topk[:RATIO] or none (across hosts; between
+    /// all ranks on one host); the check compares the ranks' bytes, and a rel_l2_error column
+    /// gives the relative L2 error against the exact sum
+    #[arg(long = "compress", value_name = "METHOD", help_heading = "Measurement")]
+    pub compress: Option<String>,
 }
 
-/// Parses a byte size: decimal digits with an optional K, M or G (binary) suffix.
+/// Parses a byte size: decimal digits with an optional K, M or G (binary) suffix; a size that
+/// does not fit in 64 bits is an error.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let bad = || format!("invalid size '{s}' (expected e.g. 8, 64K, 16M, 1G)");
     let (digits, mult) = match s.char_indices().last() {
@@ -220,177 +260,158 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(bad)
 }
 
-fn parse_num(flag: &str, s: &str) -> Result<u32, String> {
-    s.parse::<u32>()
-        .map_err(|_| format!("invalid value '{s}' for {flag} (expected a non-negative integer)"))
+/// [`parse_size`] as a clap value parser.
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
 }
 
-fn parse_bool(flag: &str, s: &str) -> Result<bool, String> {
+fn increment_arg(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("the increment must be positive".into()),
+        i => Ok(i),
+    }
+}
+
+fn red_op_arg(s: &str) -> Result<RedOp, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "sum" => Ok(RedOp::Sum),
+        "prod" => Ok(RedOp::Prod),
+        "max" => Ok(RedOp::Max),
+        "min" => Ok(RedOp::Min),
+        _ => Err("expected sum, prod, max or min".into()),
+    }
+}
+
+fn bool_arg(s: &str) -> Result<bool, String> {
     match s {
         "0" => Ok(false),
         "1" => Ok(true),
-        _ => Err(format!("invalid value '{s}' for {flag} (expected 0 or 1)")),
+        _ => Err("expected 0 or 1".into()),
     }
 }
 
-/// The short flag a long option stands for.
-fn canonical(flag: &str) -> Option<&'static str> {
-    Some(match flag {
-        "-b" | "--minbytes" => "-b",
-        "-e" | "--maxbytes" => "-e",
-        "-f" | "--stepfactor" => "-f",
-        "-i" | "--stepbytes" => "-i",
-        "-o" | "--op" => "-o",
-        "-r" | "--root" => "-r",
-        "-d" | "--datatype" => "-d",
-        "-n" | "--iters" => "-n",
-        "-w" | "--warmup_iters" => "-w",
-        "-c" | "--check" => "-c",
-        "-p" | "--npus" => "-p",
-        "-z" | "--zero_copy" => "-z",
-        "-t" | "--threads" => "-t",
-        "--csv" => "--csv",
-        "--json" => "--json",
-        "--compress" => "--compress",
-        "-h" | "--help" => "-h",
-        _ => return None,
+fn dtype_arg(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = DType::ALL.iter().map(|t| t.name()).collect();
+        format!("expected one of {}", names.join(", "))
     })
 }
 
-/// Parses the arguments after the program name.
-pub fn parse<I: IntoIterator<Item = String>>(args: I, d: &Defaults) -> Result<Parsed, String> {
-    let mut cfg = Config {
-        min_bytes: d.min_bytes,
-        max_bytes: d.max_bytes,
-        step: Step::Factor(d.factor),
-        red_op: RedOp::Sum,
-        root: 0,
-        dtype: DType::Fp32,
-        iters: 20,
-        warmup: 5,
-        check: true,
-        ranks_per_node: None,
-        zero_copy: false,
-        threads: d.threads,
-        csv: None,
-        json: None,
-        compress: None,
-    };
-    let (mut min_set, mut max_set) = (false, false);
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        // Accepted spellings: "-b 8K", "-b8K", "--minbytes 8K", "--minbytes=8K".
-        let (flag, inline) = if let Some(eq) = arg.strip_prefix("--").and_then(|s| s.find('=')) {
-            (arg[..eq + 2].to_string(), Some(arg[eq + 3..].to_string()))
-        } else if !arg.starts_with("--") && arg.starts_with('-') && arg.len() > 2 {
-            (arg[..2].to_string(), Some(arg[2..].to_string()))
-        } else {
-            (arg.clone(), None)
-        };
-        let Some(flag) = canonical(&flag) else {
-            return Err(format!("unknown option '{arg}'"));
-        };
-        if flag == "-h" {
-            return Ok(Parsed::Help);
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => it
-                .next()
-                .ok_or_else(|| format!("option '{arg}' needs a value"))?,
-        };
-        let v = value.as_str();
-        match flag {
-            "-b" => {
-                cfg.min_bytes = parse_size(v)?;
-                min_set = true;
-            }
-            "-e" => {
-                cfg.max_bytes = parse_size(v)?;
-                max_set = true;
-            }
-            "-f" => {
-                let f = parse_num(flag, v)? as u64;
-                if f < 2 {
-                    return Err(format!("invalid factor '{v}' for -f (must be at least 2)"));
-                }
-                cfg.step = Step::Factor(f);
-            }
-            "-i" => {
-                let i = parse_size(v)?;
-                if i == 0 {
-                    return Err("invalid increment 0 for -i (must be positive)".into());
-                }
-                cfg.step = Step::Increment(i);
-            }
-            "-o" => {
-                cfg.red_op = RedOp::parse(v).ok_or_else(|| {
-                    format!("invalid reduction '{v}' for -o (expected sum, prod, max or min)")
-                })?
-            }
-            "-r" => cfg.root = parse_num(flag, v)?,
-            "-d" => {
-                cfg.dtype =
-                    DType::parse(v).ok_or_else(|| format!("invalid data type '{v}' for -d"))?
-            }
-            "-n" => {
-                cfg.iters = parse_num(flag, v)?;
-                if cfg.iters == 0 {
-                    return Err("-n must be at least 1".into());
-                }
-            }
-            "-w" => cfg.warmup = parse_num(flag, v)?,
-            "-c" => cfg.check = parse_bool(flag, v)?,
-            "-p" => {
-                let p = parse_num(flag, v)?;
-                if p == 0 {
-                    return Err("-p must be at least 1".into());
-                }
-                cfg.ranks_per_node = Some(p);
-            }
-            "-z" => cfg.zero_copy = parse_bool(flag, v)?,
-            "-t" => {
-                let t = parse_num(flag, v)?;
-                if t == 0 || t > MAX_THREADS {
-                    return Err(format!("-t must be between 1 and {MAX_THREADS}"));
-                }
-                cfg.threads = Some(t);
-            }
-            "--csv" => cfg.csv = Some(PathBuf::from(v)),
-            "--json" => cfg.json = Some(PathBuf::from(v)),
-            "--compress" => {
-                cfg.compress = if v.eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    Some(
-                        hccl::base::compress::Method::parse(v)
-                            .map_err(|e| format!("invalid method for --compress: {}", e.msg))?,
-                    )
-                }
-            }
-            _ => unreachable!("canonical() only returns handled flags"),
+/// `8`, `8K`, `64M`: a size as [`parse_size`] reads it, in the largest exact unit.
+fn size_text(b: u64) -> String {
+    for (unit, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if b >= 1 << unit && b.is_multiple_of(1 << unit) {
+            return format!("{}{suffix}", b >> unit);
         }
     }
+    b.to_string()
+}
+
+/// The tester command of binary `bin` with `d`'s defaults filled in.
+pub fn command(bin: &str, d: &Defaults) -> clap::Command {
+    let types: Vec<&str> = DType::ALL.iter().map(|t| t.name()).collect();
+    let cmd = TesterArgs::command()
+        .name(bin.to_string())
+        .bin_name(bin.to_string())
+        .mut_arg("min_bytes", |a| a.default_value(size_text(d.min_bytes)))
+        .mut_arg("max_bytes", |a| a.default_value(size_text(d.max_bytes)))
+        .mut_arg("factor", |a| a.default_value(d.factor.to_string()))
+        .mut_arg("dtype", |a| {
+            a.help(format!("Element type: {}", types.join(", ")))
+        });
+    match d.threads {
+        Some(t) => cmd.mut_arg("threads", |a| a.default_value(t.to_string())),
+        None => cmd,
+    }
+}
+
+fn explicit(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+}
+
+/// Parses the arguments after the program name for binary `bin`: clap's own errors for bad
+/// flags and values, and errors of the same form for sweeps that cannot run.
+pub fn try_parse<I, T>(bin: &str, args: I, d: &Defaults) -> Result<Config, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cmd = command(bin, d);
+    let argv = std::iter::once(OsString::from(bin)).chain(args.into_iter().map(Into::into));
+    let m = cmd.try_get_matches_from_mut(argv)?;
+    let a = TesterArgs::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))?;
+    let mut cfg = Config {
+        min_bytes: a.min_bytes,
+        max_bytes: a.max_bytes,
+        step: match a.increment {
+            Some(i) => Step::Increment(i),
+            None => Step::Factor(a.factor),
+        },
+        red_op: a.red_op,
+        root: a.root,
+        dtype: a.dtype,
+        iters: a.iters,
+        warmup: a.warmup,
+        check: a.check,
+        ranks_per_node: a.ranks_per_node,
+        zero_copy: a.zero_copy,
+        threads: a.threads,
+        csv: a.csv,
+        json: a.json,
+        compress: None,
+    };
     // A single bound given alone moves the other default out of its way.
+    let (min_set, max_set) = (explicit(&m, "min_bytes"), explicit(&m, "max_bytes"));
     if min_set && !max_set && cfg.max_bytes < cfg.min_bytes {
         cfg.max_bytes = cfg.min_bytes;
     }
     if max_set && !min_set && cfg.min_bytes > cfg.max_bytes {
         cfg.min_bytes = cfg.max_bytes;
     }
+    let invalid = |cmd: &mut clap::Command, msg: String| cmd.error(ErrorKind::ValueValidation, msg);
+    match a.compress.as_deref() {
+        None => {}
+        Some(v) if v.trim().eq_ignore_ascii_case("none") => {}
+        Some(v) => {
+            cfg.compress = Some(hccl::base::compress::Method::parse(v).map_err(|e| {
+                invalid(
+                    &mut cmd,
+                    format!("invalid method for --compress: {}", e.msg),
+                )
+            })?)
+        }
+    }
     if cfg.max_bytes < cfg.min_bytes {
-        return Err(format!(
-            "maximum size {} is smaller than minimum size {}",
-            cfg.max_bytes, cfg.min_bytes
+        return Err(invalid(
+            &mut cmd,
+            format!(
+                "maximum size {} is smaller than minimum size {}",
+                cfg.max_bytes, cfg.min_bytes
+            ),
         ));
     }
     if matches!(cfg.step, Step::Factor(_)) && cfg.min_bytes == 0 {
-        return Err("-b 0 needs -i (a factor never grows from zero)".into());
+        return Err(invalid(
+            &mut cmd,
+            "-b 0 needs -i (a factor never grows from zero)".into(),
+        ));
     }
     if sweep(&cfg).len() > MAX_SIZES {
-        return Err(format!("the sweep has more than {MAX_SIZES} sizes"));
+        return Err(invalid(
+            &mut cmd,
+            format!("the sweep has more than {MAX_SIZES} sizes"),
+        ));
     }
-    Ok(Parsed::Run(cfg))
+    Ok(cfg)
+}
+
+/// Parses the arguments after the program name; `Err` holds clap's message.
+pub fn parse<I: IntoIterator<Item = String>>(args: I, d: &Defaults) -> Result<Parsed, String> {
+    match try_parse("tester", args, d) {
+        Ok(c) => Ok(Parsed::Run(c)),
+        Err(e) if e.kind() == ErrorKind::DisplayHelp => Ok(Parsed::Help),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The sizes of a sweep, from `min_bytes` up to and including the last one not above

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hccl::base::env::{EnvConfig, IF_PORT_COUNT};
 use hccl::ffi::coll_api::{HcclAllGather, HcclRecv, HcclSend};
 use hccl::ffi::comm_api::HcclCommInitClusterInfo;
@@ -55,78 +56,55 @@ pub struct Options {
     pub timeout: Duration,
 }
 
-/// Parsed command line.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Parsed {
-    /// Run with these options.
-    Run(Options),
-    /// `-h`.
-    Help,
+/// `hccl_diag`'s flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hccl_diag",
+    about = "Checks this host, then bootstraps a communicator and tests every pair of ranks.\n\
+             Alone: starts --size ranks on this host. Under mpirun, srun, hcclrun or with\n\
+             RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT: one rank per process, across hosts.",
+    after_help = "Exit status: 0 healthy, 1 a check failed, 2 usage error.",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Ranks to start on this host
+    #[arg(short = 'n', long = "size", value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    size: u32,
+    /// Build the communicator from this rank table (HcclCommInitClusterInfo)
+    #[arg(long, value_name = "FILE")]
+    rank_table: Option<PathBuf>,
+    /// Bandwidth message size (K, M, G suffixes), at most 1G
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = message_size)]
+    bytes: u64,
+    /// Latency round trips per pair
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    iters: u32,
+    /// HCCL_CONNECT_TIMEOUT/HCCL_EXEC_TIMEOUT in seconds when unset
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=7200))]
+    timeout: u64,
 }
 
-/// The usage text.
-pub fn usage() -> String {
-    "usage: hccl_diag [--size N] [--rank-table FILE] [--bytes SIZE] [--iters N] [--timeout SECS]\n\
-     \n\
-     Checks this host, then bootstraps a communicator and tests every pair of ranks.\n\
-     Alone: starts --size ranks on this host (default 2). Under mpirun, hcclrun or with\n\
-     RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT: one rank per process, across hosts.\n\
-     \n\
-       -n, --size N        ranks to start on this host (1..=64, default 2)\n\
-       --rank-table FILE   build the communicator from this rank table (HcclCommInitClusterInfo)\n\
-       --bytes SIZE        bandwidth message size, K/M suffixes (default 4M)\n\
-       --iters N           latency round trips per pair (default 20)\n\
-       --timeout SECS      HCCL_CONNECT_TIMEOUT/HCCL_EXEC_TIMEOUT when unset (default 30)\n\
-       -h, --help          this text\n\
-     \n\
-     Exit status: 0 healthy, 1 a check failed, 2 usage error.\n"
-        .to_string()
+fn message_size(s: &str) -> Result<u64, String> {
+    match crate::cli::parse_size(s)? {
+        b @ 1..=0x4000_0000 => Ok(b),
+        _ => Err("the size must be in 1..=1G".into()),
+    }
 }
 
 /// Parses the arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
-    let mut o = Options {
-        size: 2,
-        rank_table: None,
-        bytes: 4 << 20,
-        iters: 20,
-        timeout: Duration::from_secs(30),
-    };
-    let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        let int = |v: String, lo: u64, hi: u64| {
-            v.parse::<u64>()
-                .ok()
-                .filter(|n| (lo..=hi).contains(n))
-                .ok_or_else(|| format!("{flag}: '{v}' is not a number in {lo}..={hi}"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-n" | "--size" => o.size = int(value()?, 1, 64)? as u32,
-            "--rank-table" => o.rank_table = Some(PathBuf::from(value()?)),
-            "--bytes" => {
-                let v = value()?;
-                o.bytes = crate::cli::parse_size(&v)
-                    .ok()
-                    .filter(|&b| (1..=(1 << 30)).contains(&b))
-                    .ok_or_else(|| format!("--bytes: '{v}' is not a size in 1..=1G"))?;
-            }
-            "--iters" => o.iters = int(value()?, 1, 100_000)? as u32,
-            "--timeout" => o.timeout = Duration::from_secs(int(value()?, 1, 7200)?),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
-    }
-    Ok(Parsed::Run(o))
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, clap::Error> {
+    let argv = std::iter::once(OsString::from("hccl_diag")).chain(args);
+    let a = Args::try_parse_from(argv)?;
+    Ok(Options {
+        size: a.size,
+        rank_table: a.rank_table,
+        bytes: a.bytes,
+        iters: a.iters,
+        timeout: Duration::from_secs(a.timeout),
+    })
 }
 
 /// What one rank found out about its host.
@@ -152,6 +130,8 @@ pub struct HostReport {
     pub single_copy: String,
     /// RDMA devices under /sys/class/infiniband.
     pub rdma: Vec<String>,
+    /// The net plugin level1 links use: plugin, provider, fabric and device, or why none.
+    pub net_plugin: String,
 }
 
 fn free_ports(ip: IpAddr, ports: impl Iterator<Item = u16>) -> u16 {
@@ -253,6 +233,11 @@ impl HostReport {
             shm: shm_status(),
             single_copy: single_copy_status(),
             rdma,
+            net_plugin: match hccl::transport::plugin::global(env) {
+                Ok(Some(p)) => p.describe(),
+                Ok(None) => "none: level1 links use the built-in TCP (the log says why)".into(),
+                Err(e) => format!("NOT usable: {e}"),
+            },
         }
     }
 
@@ -270,6 +255,7 @@ impl HostReport {
             self.shm.clone(),
             self.single_copy.clone(),
             self.rdma.join(","),
+            self.net_plugin.clone(),
         ]
         .join("\x1f");
         let mut out = [0u8; RECORD_BYTES];
@@ -308,6 +294,7 @@ impl HostReport {
                 .filter(|s| !s.is_empty())
                 .map(String::from)
                 .collect(),
+            net_plugin: get(9),
         }
     }
 
@@ -342,6 +329,7 @@ impl HostReport {
             self.rdma.join(", ")
         };
         println!("  RDMA devices        {rdma}");
+        println!("  net plugin          {}", self.net_plugin);
     }
 }
 
@@ -799,17 +787,7 @@ fn set_default(var: &str, secs: u64) {
 pub fn main() -> ExitCode {
     crate::quiet_on_closed_pipe();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let o = match parse(args.clone()) {
-        Ok(Parsed::Run(o)) => o,
-        Ok(Parsed::Help) => {
-            print!("{}", usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprint!("hccl_diag: error: {e}\n\n{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let o = parse(args.clone()).unwrap_or_else(|e| e.exit());
     for v in ["HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT"] {
         set_default(v, o.timeout.as_secs());
     }
@@ -931,6 +909,9 @@ mod tests {
             shm: "available".into(),
             single_copy: "available".into(),
             rdma: vec!["mlx5_0".into()],
+            net_plugin: "ofi (/x/libhccl_net_ofi.so): provider tcp;ofi_rxm, fabric 10.0.0.0/24, \
+                         device eth0"
+                .into(),
         };
         assert_eq!(HostReport::decode(&h.encode()), h);
         let mut lo = h.clone();

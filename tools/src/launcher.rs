@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+
 /// Most ranks one `hcclrun` starts (the signal handler's pid table is static).
 pub const MAX_RANKS: u32 = 1024;
 /// Exit status when the run hit `--timeout`, as timeout(1) uses.
@@ -79,101 +81,62 @@ impl Outcome {
     }
 }
 
-/// Parsed command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Parsed {
-    /// Run with these options.
-    Run(Options),
-    /// `-h`.
-    Help,
+/// `hcclrun`'s flags: options first, then the program, whose arguments pass through untouched.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hcclrun",
+    about = "Starts N ranks of a program on this host with HCCL_RANK, HCCL_WORLD_SIZE, \
+             HCCL_LOCAL_RANK, HCCL_LOCAL_WORLD_SIZE, HCCL_ROOT_ADDR, HCCL_JOB_ID and RANK, \
+             WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.",
+    after_help = "The first failing rank stops the others; hcclrun exits with its status. \
+                  mpirun's spelling -np N is accepted for -n N.",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Number of ranks
+    #[arg(short = 'n', long = "np", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_RANKS as i64))]
+    ranks: u32,
+    /// Stop every rank after SECS seconds (exit status 124; 0: no limit)
+    #[arg(long, value_name = "SECS", value_parser = secs)]
+    timeout: Option<Duration>,
+    /// Wait between SIGTERM and SIGKILL when stopping ranks
+    #[arg(long, value_name = "SECS", value_parser = secs, default_value = "3")]
+    grace: Duration,
+    /// Do not prefix output lines with [rank]
+    #[arg(long)]
+    no_prefix: bool,
+    /// The program and its arguments
+    #[arg(value_name = "PROGRAM", required = true, trailing_var_arg = true,
+          value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
 }
 
-/// The usage text.
-pub fn usage() -> String {
-    "usage: hcclrun -n N [--timeout SECS] [--grace SECS] [--no-prefix] [--] program [args...]\n\
-     \n\
-     Starts N ranks of program on this host with HCCL_RANK, HCCL_WORLD_SIZE, HCCL_LOCAL_RANK,\n\
-     HCCL_LOCAL_WORLD_SIZE, HCCL_ROOT_ADDR, HCCL_JOB_ID and RANK, WORLD_SIZE, LOCAL_RANK,\n\
-     LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.\n\
-     \n\
-       -n, --np N        number of ranks (1..=1024)\n\
-       --timeout SECS    stop every rank after SECS seconds (exit status 124)\n\
-       --grace SECS      wait between SIGTERM and SIGKILL when stopping ranks (default 3)\n\
-       --no-prefix       do not prefix output lines with [rank]\n\
-       -h, --help        this text\n\
-     \n\
-     The first failing rank stops the others; hcclrun exits with its status.\n"
-        .to_string()
-}
-
-fn secs(flag: &str, v: Option<OsString>) -> Result<Duration, String> {
-    let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-    let s = v.to_string_lossy();
+fn secs(s: &str) -> Result<Duration, String> {
     s.parse::<f64>()
         .ok()
         .filter(|x| x.is_finite() && *x >= 0.0 && *x < 1e9)
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("{flag}: '{s}' is not a number of seconds"))
+        .ok_or_else(|| "not a number of seconds".into())
 }
 
 /// Parses `hcclrun`'s arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
-    let mut it = args.into_iter();
-    let mut ranks = None;
-    let mut timeout = None;
-    let mut grace = Duration::from_secs(3);
-    let mut prefix = true;
-    let mut command = Vec::new();
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy().into_owned();
-        let (flag, inline) = match s.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(OsString::from(v))),
-            _ => (s.clone(), None),
-        };
-        let mut value = || inline.clone().or_else(|| it.next());
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-n" | "-np" | "--np" => {
-                let v = value().ok_or("-n needs a value")?;
-                let n = v
-                    .to_string_lossy()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_RANKS).contains(n))
-                    .ok_or_else(|| {
-                        format!(
-                            "-n: '{}' is not a rank count in 1..=1024",
-                            v.to_string_lossy()
-                        )
-                    })?;
-                ranks = Some(n);
-            }
-            "--timeout" => timeout = Some(secs("--timeout", value())?).filter(|d| !d.is_zero()),
-            "--grace" => grace = secs("--grace", value())?,
-            "--no-prefix" => prefix = false,
-            "--" => {
-                command.extend(it.by_ref());
-                break;
-            }
-            f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown flag '{f}'")),
-            _ => {
-                command.push(a);
-                command.extend(it.by_ref());
-                break;
-            }
-        }
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, clap::Error> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    // mpirun's single-dash `-np`, which clap would read as `-n p`: accepted as the first
+    // option, so a program's own `-np` later on is never touched.
+    if args.first().is_some_and(|a| a == "-np") {
+        args[0] = "--np".into();
     }
-    let ranks = ranks.ok_or("-n N is required")?;
-    if command.is_empty() {
-        return Err("no program given".into());
-    }
-    Ok(Parsed::Run(Options {
-        ranks,
-        command,
-        timeout,
-        grace,
-        prefix,
-    }))
+    let argv = std::iter::once(OsString::from("hcclrun")).chain(args);
+    let a = Args::try_parse_from(argv)?;
+    Ok(Options {
+        ranks: a.ranks,
+        command: a.command,
+        timeout: a.timeout.filter(|d| !d.is_zero()),
+        grace: a.grace,
+        prefix: !a.no_prefix,
+    })
 }
 
 /// Process-group ids of running ranks (0 = free slot), read by the signal handler.
@@ -464,17 +427,7 @@ fn describe(status: &ExitStatus) -> String {
 /// `hcclrun`'s entry point.
 pub fn main() -> ExitCode {
     crate::quiet_on_closed_pipe();
-    let o = match parse(std::env::args_os().skip(1)) {
-        Ok(Parsed::Run(o)) => o,
-        Ok(Parsed::Help) => {
-            print!("{}", usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprint!("hcclrun: error: {e}\n\n{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let o = parse(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit());
     let outcome = match run(&o) {
         Ok(x) => x,
         Err(e) => {
@@ -503,25 +456,30 @@ pub fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> Result<Parsed, String> {
+    fn p(s: &str) -> Result<Options, clap::Error> {
         parse(s.split_whitespace().map(OsString::from))
     }
 
     #[test]
     fn parses_flags_and_command() {
-        let Ok(Parsed::Run(o)) = p("-n 3 --timeout=2.5 --no-prefix -- prog -n 5 --x") else {
-            panic!()
-        };
+        let o = p("-n 3 --timeout=2.5 --no-prefix -- prog -n 5 --x").unwrap();
         assert_eq!(o.ranks, 3);
         assert_eq!(o.timeout, Some(Duration::from_millis(2500)));
         assert!(!o.prefix);
         assert_eq!(o.command, ["prog", "-n", "5", "--x"].map(OsString::from));
-        let Ok(Parsed::Run(o)) = p("-np 2 prog -t 4") else {
-            panic!()
-        };
-        assert_eq!(o.command.len(), 3);
+        let o = p("-np 2 prog -t 4 -np 3 -h").unwrap();
+        assert_eq!(
+            o.command,
+            ["prog", "-t", "4", "-np", "3", "-h"].map(OsString::from)
+        );
         assert_eq!(o.timeout, None);
-        assert_eq!(p("-h"), Ok(Parsed::Help));
+        assert_eq!(o.grace, Duration::from_secs(3));
+        let o = p("--grace 0.5 -n 1 --timeout 0 true").unwrap();
+        assert_eq!((o.grace, o.timeout), (Duration::from_millis(500), None));
+        assert_eq!(
+            p("-h").unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayHelp
+        );
     }
 
     #[test]
@@ -529,12 +487,15 @@ mod tests {
         for s in [
             "prog",
             "-n 0 prog",
+            "-n 1025 prog",
             "-n x prog",
             "-n 2",
             "-n 2 --bogus prog",
             "-n 2 --timeout x p",
+            "-n 2 --grace -1 p",
         ] {
-            assert!(p(s).is_err(), "{s}");
+            let e = p(s).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{s}: {e}");
         }
     }
 

@@ -7,7 +7,7 @@
 //! - [`ops`]: buffer layouts and the library calls of each operation;
 //! - [`check`]: input patterns and independently computed expected results;
 //! - [`barrier_order`]: the barrier's check (nobody leaves before the last rank entered);
-//! - [`report`]: the table, progress line, CSV and JSON.
+//! - [`report`]: the table, progress bar ([`progress`]), CSV and JSON.
 //!
 //! Companion tools: [`launcher`] (`hcclrun`), [`diag`] (`hccl_diag`), [`plot`] (`hccl_plot`),
 //! [`simtable`] (`hccl_sim`'s outputs).
@@ -28,6 +28,7 @@ pub mod dtype;
 pub mod launcher;
 pub mod ops;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod simtable;
 
@@ -94,7 +95,7 @@ pub fn main(op: Op) -> ExitCode {
 /// Runs `op` with the process's arguments over `defaults`.
 pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
     quiet_on_closed_pipe();
-    let mut args = std::env::args();
+    let mut args = std::env::args_os();
     let bin = args
         .next()
         .and_then(|a| {
@@ -103,17 +104,8 @@ pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
                 .map(|f| f.to_string_lossy().into_owned())
         })
         .unwrap_or_else(|| format!("{}_test", op.name()));
-    let cfg = match cli::parse(args, defaults) {
-        Ok(cli::Parsed::Run(c)) => c,
-        Ok(cli::Parsed::Help) => {
-            print!("{}", cli::usage(&bin, defaults));
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprint!("{bin}: error: {e}\n\n{}", cli::usage(&bin, defaults));
-            return ExitCode::from(2);
-        }
-    };
+    // Usage errors exit 2 with clap's message, `-h` prints the help and exits 0.
+    let cfg = cli::try_parse(&bin, args, defaults).unwrap_or_else(|e| e.exit());
     let world = if cfg.threads.is_some() {
         None
     } else {
@@ -126,17 +118,18 @@ pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
         }
     };
     if let Err(e) = compress::check_args(op, &cfg) {
-        eprint!("{bin}: error: {e}\n\n{}", cli::usage(&bin, defaults));
-        return ExitCode::from(2);
+        cli::command(&bin, defaults)
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit();
     }
     let ranks = world.as_ref().map_or(cfg.threads.unwrap_or(1), |w| w.size);
     if op.rooted() && cfg.root >= ranks {
-        eprint!(
-            "{bin}: error: root {} is out of range for {ranks} ranks\n\n{}",
-            cfg.root,
-            cli::usage(&bin, defaults)
-        );
-        return ExitCode::from(2);
+        cli::command(&bin, defaults)
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("root {} is out of range for {ranks} ranks", cfg.root),
+            )
+            .exit();
     }
     let plan = Plan::new(op, cfg, ranks, world.as_ref());
     let result = match world {

@@ -1,8 +1,8 @@
-//! Output of rank 0: the table on stdout, a progress line on a terminal's stderr, and the
+//! Output of rank 0: the table on stdout, a progress bar on a terminal's stderr, and the
 //! CSV / JSON files.
 
+use crate::progress::Progress;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use serde::Serialize;
@@ -130,8 +130,7 @@ pub struct RunInfo {
 pub struct Reporter {
     info: RunInfo,
     rows: Vec<Row>,
-    total: usize,
-    progress: bool,
+    progress: Progress,
 }
 
 /// The JSON file: the run, then one object per size. serde_json writes a non-finite number
@@ -180,25 +179,18 @@ impl Reporter {
         Reporter {
             info,
             rows: Vec::new(),
-            total,
-            progress: std::io::stderr().is_terminal(),
+            progress: Progress::new(total as u64, "sizes"),
         }
     }
 
     /// Notes that size `i` (of `bytes` bytes) is starting.
     pub fn start(&mut self, i: usize, bytes: u64) {
-        if self.progress {
-            eprint!("\r\x1b[K[{}/{}] {} bytes ...", i + 1, self.total, bytes);
-            let _ = std::io::stderr().flush();
-        }
+        self.progress.start(i, format!("{bytes} bytes"));
     }
 
     /// Prints and keeps one row.
     pub fn row(&mut self, r: Row) {
-        if self.progress {
-            eprint!("\r\x1b[K");
-        }
-        println!("{}", format_row(&r));
+        self.progress.print(|| println!("{}", format_row(&r)));
         self.rows.push(r);
     }
 
@@ -283,9 +275,7 @@ impl Reporter {
 
     /// Clears the progress line and writes the requested files.
     pub fn finish(&mut self, csv: Option<&Path>, json: Option<&Path>) -> Result<(), String> {
-        if self.progress {
-            eprint!("\r\x1b[K");
-        }
+        self.progress.finish();
         let write = |p: &Path, text: String| {
             std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
         };

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::plot::{self, png, Series};
+use crate::plot::{chart, Series};
 
 /// The result of proving one algorithm's schedules.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,135 +167,9 @@ impl Table {
 
     /// Writes the plot to `path`: PNG or SVG by its extension.
     pub fn plot(&self, path: &Path) -> Result<(), String> {
-        let ext = path
-            .extension()
-            .map(|e| e.to_string_lossy().to_ascii_lowercase());
-        let series = self.series();
         let y = format!("predicted time ({})", self.unit().0);
-        let out = match ext.as_deref() {
-            Some("png") => {
-                let c = plot::render(&series, &self.title(), &y)?;
-                png::encode(c.w as u32, c.h as u32, &c.px)
-            }
-            Some("svg") => svg(&series, &self.title(), &y)?.into_bytes(),
-            _ => {
-                return Err(format!(
-                    "{}: the plot's name must end in .png or .svg",
-                    path.display()
-                ))
-            }
-        };
-        std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
+        chart::write_lines(path, &self.series(), &self.title(), &y)
     }
-}
-
-const COLORS: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#5a5a5a",
-];
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// A log-log line chart as SVG: x in bytes (powers of two), y in decades.
-pub fn svg(series: &[Series], title: &str, y_title: &str) -> Result<String, String> {
-    let pts: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|&(x, y)| x > 0.0 && y > 0.0 && x.is_finite() && y.is_finite())
-        .collect();
-    if pts.is_empty() {
-        return Err("nothing to plot".into());
-    }
-    let lo = |f: fn(&(f64, f64)) -> f64| pts.iter().map(f).fold(f64::MAX, f64::min);
-    let hi = |f: fn(&(f64, f64)) -> f64| pts.iter().map(f).fold(0.0, f64::max);
-    let x0 = lo(|p| p.0).log2().floor() as i32;
-    let x1 = (hi(|p| p.0).log2().ceil() as i32).max(x0 + 1);
-    let y0 = lo(|p| p.1).log10().floor() as i32;
-    let y1 = (hi(|p| p.1).log10().ceil() as i32).max(y0 + 1);
-    let (w, h) = (960.0, 600.0);
-    let (left, right, top, bottom) = (90.0, w - 24.0, 48.0, h - 64.0);
-    let px = |x: f64| left + (x.log2() - x0 as f64) / (x1 - x0) as f64 * (right - left);
-    let py = |y: f64| bottom - (y.log10() - y0 as f64) / (y1 - y0) as f64 * (bottom - top);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"14\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"28\" text-anchor=\"middle\" font-size=\"18\">{}</text>\n",
-        w / 2.0,
-        esc(title)
-    );
-    let step = ((x1 - x0) as f64 / 12.0).ceil().max(1.0) as i32;
-    for e in (x0..=x1).filter(|e| (e - x0) % step == 0) {
-        let x = px(2f64.powi(e));
-        s += &format!(
-            "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#e1e1e1\"/>\n\
-             <text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-            bottom + 20.0,
-            plot::size_label(2f64.powi(e))
-        );
-    }
-    for e in y0..=y1 {
-        let y = py(10f64.powi(e));
-        s += &format!(
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{right}\" y2=\"{y:.1}\" stroke=\"#e1e1e1\"/>\n\
-             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
-            left - 8.0,
-            y + 5.0,
-            10f64.powi(e)
-        );
-    }
-    s += &format!(
-        "<rect x=\"{left}\" y=\"{top}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">message size (bytes)</text>\n\
-         <text transform=\"translate(20 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-        right - left,
-        bottom - top,
-        (left + right) / 2.0,
-        h - 20.0,
-        (top + bottom) / 2.0,
-        esc(y_title)
-    );
-    for (k, ser) in series.iter().enumerate() {
-        let col = COLORS[k % COLORS.len()];
-        let mut p: Vec<(f64, f64)> = ser
-            .points
-            .iter()
-            .copied()
-            .filter(|&(x, y)| x > 0.0 && y > 0.0)
-            .collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let line: Vec<String> = p
-            .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-            .collect();
-        s += &format!(
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{col}\" stroke-width=\"2.5\"/>\n",
-            line.join(" ")
-        );
-        for &(x, y) in &p {
-            s += &format!(
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{col}\"/>\n",
-                px(x),
-                py(y)
-            );
-        }
-        let ly = top + 20.0 + k as f64 * 22.0;
-        s += &format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{col}\" stroke-width=\"3\"/>\n\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
-            left + 14.0,
-            left + 44.0,
-            left + 52.0,
-            ly + 5.0,
-            esc(&ser.label)
-        );
-    }
-    s += "</svg>\n";
-    Ok(s)
 }
 
 #[cfg(test)]
@@ -366,7 +240,22 @@ mod tests {
         t.plot(&svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
-        assert_eq!(text.matches("<polyline").count(), 2);
+        // One line per algorithm with a time, in its colour, and its name in the legend.
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        for (k, name) in ["ring", "tree"].iter().enumerate() {
+            let (r, g, b) = chart::PALETTE[k];
+            let stroke = format!("#{r:02X}{g:02X}{b:02X}");
+            assert!(
+                doc.descendants().any(|n| n.has_tag_name("polyline")
+                    && n.attribute("stroke") == Some(stroke.as_str())),
+                "{name}"
+            );
+            assert!(
+                doc.descendants()
+                    .any(|n| n.has_tag_name("text") && n.text().map(str::trim) == Some(name)),
+                "{name}"
+            );
+        }
         assert!(t
             .plot(&dir.join("t.jpg"))
             .unwrap_err()

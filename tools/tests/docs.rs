@@ -251,7 +251,7 @@ impl Sources {
                 .collect()
         };
         let mut rust = Vec::new();
-        for d in ["src", "tools/src", "ascendcl/src"] {
+        for d in ["src", "tools/src", "ascendcl/src", "net-ofi/src"] {
             files(&root.join(d), &[".rs"], &mut rust);
         }
         let mut literals = BTreeSet::new();
@@ -269,6 +269,8 @@ impl Sources {
         files(&root.join("scripts"), &[".sh"], &mut scripts);
         // The comparison programs and their build script read variables too.
         files(&root.join("bench"), &[".sh", ".c"], &mut scripts);
+        // The net plugin's C shim names libfabric's constants.
+        files(&root.join("net-ofi/csrc"), &[".c"], &mut scripts);
         scripts.push(root.join(".ci/run"));
         Sources {
             literals,
@@ -295,13 +297,15 @@ impl Sources {
     }
 }
 
-/// Variables of other programs the READMEs mention (the dynamic loader's, torch's): not ours to
-/// read.
-const FOREIGN_VARS: [&str; 4] = [
+/// Variables of other programs the READMEs mention (the dynamic loader's, torch's, libfabric's):
+/// not ours to read.
+const FOREIGN_VARS: [&str; 6] = [
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",
     "TORCH_DISTRIBUTED_DEBUG",
     "TORCH_FR_BUFFER_SIZE",
+    "FI_VERBS_IFACE",
+    "FI_TCP_IFACE",
 ];
 
 fn check_env(all: &[Piece], src: &Sources) -> Vec<String> {

@@ -148,7 +148,11 @@ fn usage_errors_exit_2() {
     for a in [&["--bogus", "x"][..], &["-n", "0", "true"], &["-n", "2"]] {
         let o = hcclrun(a).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{a:?}");
-        assert!(text(&o.stderr).contains("usage: hcclrun"));
+        let e = text(&o.stderr);
+        assert!(
+            e.starts_with("error:") && (e.contains("Usage: hcclrun") || e.contains("try '--help'")),
+            "{e}"
+        );
     }
 }
 

@@ -8,16 +8,8 @@
 //! `--topology FILE` (the format of `HCCL_TOPOLOGY_FILE`, see `hccl::algo::fabric`) the times
 //! come from simulating every rank's schedule as flows over NICs shared by each host's ranks
 //! and oversubscribed switch uplinks instead (`--formula`: the selector's closed form of that
-//! model, instant at any scale). `--json` writes the table, `--plot` draws it.
-//!
-//! ```text
-//! hccl_sim [--op allreduce|allgather|reducescatter|broadcast|reduce]
-//!          [--hosts H] [--per-host M] [--algo ring,rhd,...|all]
-//!          [--sizes 8,65536,1M,64M] [--alpha0 US] [--beta0 GBPS] [--peer0 US]
-//!          [--alpha1 US] [--beta1 GBPS] [--peer1 US] [--level0 memory|hostipc|network]
-//!          [--model HCCL_COST_MODEL-TEXT] [--check-count ELEMS] [--no-check] [--exact]
-//!          [--topology FILE [--formula]] [--json FILE] [--plot FILE.png|FILE.svg]
-//! ```
+//! model, instant at any scale). `--json` writes the table, `--plot` draws it. `--help` lists
+//! the flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,7 +18,12 @@ use std::time::Instant;
 use hccl::algo::cost::{predict, CostModel, LinkCost, LinkKind, Shape};
 use hccl::algo::fabric::Fabric;
 use hccl::algo::{fingerprint, flows, symbolic, Algo, Coll, Topo};
+use hccl_tools::cli;
+use hccl_tools::progress::Progress;
 use hccl_tools::simtable::{Proof, Table};
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 struct Args {
     op: String,
@@ -47,127 +44,170 @@ struct Args {
     formula: bool,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let m = match s[i..].to_ascii_lowercase().as_str() {
-                "k" | "kb" | "kib" => 1 << 10,
-                "m" | "mb" | "mib" => 1 << 20,
-                "g" | "gb" | "gib" => 1 << 30,
-                "b" => 1,
-                u => return Err(format!("unknown size unit {u:?}")),
-            };
-            (&s[..i], m)
-        }
-        None => (s, 1),
-    };
-    num.parse::<usize>()
-        .map(|v| v * mul)
-        .map_err(|e| format!("bad size {s:?}: {e}"))
+/// `hccl_sim`'s flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hccl_sim",
+    about = "Proves collective schedules correct symbolically and predicts their time.",
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Operation
+    #[arg(long, default_value = "allreduce", ignore_case = true,
+          value_parser = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce"])]
+    op: String,
+    /// Hosts
+    #[arg(long, value_name = "H", default_value_t = 128)]
+    hosts: u32,
+    /// Ranks per host
+    #[arg(long = "per-host", value_name = "M", default_value_t = 8)]
+    per_host: u32,
+    /// Algorithms, comma-separated, or all
+    #[arg(long = "algo", value_name = "ring,rhd,...|all", default_value = "all",
+          value_parser = algos_arg)]
+    algos: AlgoList,
+    /// Message sizes, comma-separated (K, M, G suffixes)
+    #[arg(long, value_name = "LIST", default_value = "8,64K,1M,64M", value_delimiter = ',',
+          value_parser = cli::size_arg)]
+    sizes: Vec<u64>,
+    /// Level-0 (within a host) link kind
+    #[arg(long, value_name = "KIND", value_parser = link_arg)]
+    level0: Option<LinkKind>,
+    /// Level-0 latency α in µs
+    #[arg(long, value_name = "US")]
+    alpha0: Option<f64>,
+    /// Level-0 bandwidth β in GB/s
+    #[arg(long, value_name = "GBPS")]
+    beta0: Option<f64>,
+    /// Level-0 per-peer cost in µs
+    #[arg(long, value_name = "US")]
+    peer0: Option<f64>,
+    /// Level-1 (across hosts) latency α in µs
+    #[arg(long, value_name = "US")]
+    alpha1: Option<f64>,
+    /// Level-1 bandwidth β in GB/s
+    #[arg(long, value_name = "GBPS")]
+    beta1: Option<f64>,
+    /// Level-1 per-peer cost in µs
+    #[arg(long, value_name = "US")]
+    peer1: Option<f64>,
+    /// Cost model overrides, as HCCL_COST_MODEL takes them
+    #[arg(long, value_name = "HCCL_COST_MODEL-TEXT")]
+    model: Option<String>,
+    /// Elements of the proof's operation [default: 2 × ranks + 5]
+    #[arg(long = "check-count", value_name = "ELEMS", value_parser = cli::size_arg)]
+    check_count: Option<u64>,
+    /// Skip the proof
+    #[arg(long = "no-check")]
+    no_check: bool,
+    /// Prove with the exact (rank-set) checker instead of fingerprints
+    #[arg(long)]
+    exact: bool,
+    /// Price by simulating flows over the links this topology file describes
+    #[arg(long, value_name = "FILE")]
+    topology: Option<PathBuf>,
+    /// With --topology, price by the selector's closed form instead of simulating flows
+    #[arg(long, requires = "topology")]
+    formula: bool,
+    /// Write the table as JSON
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Plot the table (.png or .svg)
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        op: "allreduce".into(),
-        hosts: 128,
-        per_host: 8,
-        algos: Algo::ALL.to_vec(),
-        sizes: vec![8, 64 << 10, 1 << 20, 64 << 20],
-        model: CostModel {
-            level0: LinkKind::HostIpc.default_cost(),
-            level1: LinkKind::Network.default_cost(),
-            gamma: 3e9,
-            fabric: None,
-        },
-        check_count: None,
-        check: true,
-        exact: false,
-        memory: false,
-        topology: None,
-        json: None,
-        plot: None,
-        formula: false,
-    };
-    let mut topology = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut val = || it.next().ok_or_else(|| format!("{k} needs a value"));
-        let num = |v: String| v.parse::<f64>().map_err(|e| format!("{k}: {e}"));
-        match k.as_str() {
-            "--op" => a.op = val()?.to_ascii_lowercase(),
-            "--hosts" => a.hosts = val()?.parse().map_err(|e| format!("--hosts: {e}"))?,
-            "--per-host" => a.per_host = val()?.parse().map_err(|e| format!("--per-host: {e}"))?,
-            "--algo" => {
-                let v = val()?;
-                if v != "all" {
-                    a.algos = v
-                        .split(',')
-                        .map(|n| {
-                            Algo::from_name(n.trim())
-                                .ok_or_else(|| format!("unknown algorithm {n:?}"))
-                        })
-                        .collect::<Result<_, _>>()?;
-                }
-            }
-            "--sizes" => {
-                a.sizes = val()?
-                    .split(',')
-                    .map(parse_size)
-                    .collect::<Result<_, _>>()?
-            }
-            "--level0" => {
-                let v = val()?;
-                a.memory = matches!(v.as_str(), "memory" | "shm");
-                a.model.level0 = match v.as_str() {
-                    "memory" | "shm" => LinkKind::Memory,
-                    "hostipc" | "tcp" => LinkKind::HostIpc,
-                    "network" => LinkKind::Network,
-                    o => return Err(format!("--level0 {o:?}: memory, hostipc or network")),
-                }
-                .default_cost()
-            }
-            "--alpha0" => a.model.level0.alpha = num(val()?)? * 1e-6,
-            "--peer0" => a.model.level0.peer = num(val()?)? * 1e-6,
-            "--peer1" => a.model.level1.peer = num(val()?)? * 1e-6,
-            "--beta0" => {
-                a.model.level0.beta = num(val()?)? * 1e9;
-                a.model.level0.mesh_beta = a.model.level0.beta;
-            }
-            "--alpha1" => a.model.level1.alpha = num(val()?)? * 1e-6,
-            "--beta1" => {
-                a.model.level1.beta = num(val()?)? * 1e9;
-                a.model.level1.mesh_beta = a.model.level1.beta;
-            }
-            "--model" => {
-                a.model = a
-                    .model
-                    .with_overrides(&val()?)
-                    .map_err(|e| format!("--model: {e}"))?
-            }
-            "--check-count" => a.check_count = Some(parse_size(&val()?)?),
-            "--no-check" => a.check = false,
-            "--exact" => a.exact = true,
-            "--topology" => topology = Some(PathBuf::from(val()?)),
-            "--formula" => a.formula = true,
-            "--json" => a.json = Some(PathBuf::from(val()?)),
-            "--plot" => a.plot = Some(PathBuf::from(val()?)),
-            "-h" | "--help" => return Err(String::new()),
-            _ => return Err(format!("unknown argument {k:?}")),
-        }
+/// `--algo`'s value: every algorithm, or the ones named.
+#[derive(Clone, Debug)]
+struct AlgoList(Vec<Algo>);
+
+fn algos_arg(s: &str) -> Result<AlgoList, String> {
+    if s == "all" {
+        return Ok(AlgoList(Algo::ALL.to_vec()));
     }
-    let n = a.hosts * a.per_host;
+    s.split(',')
+        .map(|n| Algo::from_name(n.trim()).ok_or_else(|| format!("unknown algorithm {n:?}")))
+        .collect::<Result<_, _>>()
+        .map(AlgoList)
+}
+
+fn link_arg(s: &str) -> Result<LinkKind, String> {
+    match s {
+        "memory" | "shm" => Ok(LinkKind::Memory),
+        "hostipc" | "tcp" => Ok(LinkKind::HostIpc),
+        "network" => Ok(LinkKind::Network),
+        _ => Err("memory, hostipc or network".into()),
+    }
+}
+
+fn parse_args() -> Result<Args, clap::Error> {
+    let mut cmd = Cli::command();
+    let c = Cli::from_arg_matches(&cmd.try_get_matches_from_mut(std::env::args_os())?)
+        .map_err(|e| e.format(&mut cmd))?;
+    let invalid = |msg: String| cmd.clone().error(ErrorKind::ValueValidation, msg);
+    let n = u64::from(c.hosts) * u64::from(c.per_host);
     if n == 0 || n > 65536 {
-        return Err(format!("rank count {n} out of range 1..=65536"));
+        return Err(invalid(format!("rank count {n} out of range 1..=65536")));
+    }
+    let size = |b: u64| usize::try_from(b).map_err(|_| invalid(format!("size {b} too large")));
+    let mut model = CostModel {
+        level0: c.level0.unwrap_or(LinkKind::HostIpc).default_cost(),
+        level1: LinkKind::Network.default_cost(),
+        gamma: 3e9,
+        fabric: None,
+    };
+    if let Some(v) = c.alpha0 {
+        model.level0.alpha = v * 1e-6;
+    }
+    if let Some(v) = c.peer0 {
+        model.level0.peer = v * 1e-6;
+    }
+    if let Some(v) = c.beta0 {
+        model.level0.beta = v * 1e9;
+        model.level0.mesh_beta = model.level0.beta;
+    }
+    if let Some(v) = c.alpha1 {
+        model.level1.alpha = v * 1e-6;
+    }
+    if let Some(v) = c.peer1 {
+        model.level1.peer = v * 1e-6;
+    }
+    if let Some(v) = c.beta1 {
+        model.level1.beta = v * 1e9;
+        model.level1.mesh_beta = model.level1.beta;
+    }
+    if let Some(m) = &c.model {
+        model = model
+            .with_overrides(m)
+            .map_err(|e| invalid(format!("--model: {e}")))?;
     }
     // Read once every argument is known, so `--help` anywhere answers without the file.
-    if let Some(path) = topology {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("--topology {}: {e}", path.display()))?;
-        let f = Fabric::parse(&text).map_err(|e| format!("--topology {}: {e}", path.display()))?;
-        a.topology = Some((path, text, f));
-    }
-    Ok(a)
+    let topology = match c.topology {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| invalid(format!("--topology {}: {e}", path.display())))?;
+            let f = Fabric::parse(&text)
+                .map_err(|e| invalid(format!("--topology {}: {e}", path.display())))?;
+            Some((path, text, f))
+        }
+        None => None,
+    };
+    Ok(Args {
+        op: c.op.to_ascii_lowercase(),
+        hosts: c.hosts,
+        per_host: c.per_host,
+        algos: c.algos.0,
+        sizes: c.sizes.into_iter().map(size).collect::<Result<_, _>>()?,
+        model,
+        check_count: c.check_count.map(size).transpose()?,
+        check: !c.no_check,
+        exact: c.exact,
+        memory: c.level0 == Some(LinkKind::Memory),
+        topology,
+        json: c.json,
+        plot: c.plot,
+        formula: c.formula,
+    })
 }
 
 /// The operation on `n` ranks moving `bytes` (element size 1).
@@ -210,32 +250,9 @@ fn human(b: usize) -> String {
     }
 }
 
-/// The usage text: the fenced block of this file's doc comment.
-fn usage() -> String {
-    include_str!("hccl_sim.rs")
-        .lines()
-        .map_while(|l| l.strip_prefix("//!"))
-        .skip_while(|l| l.trim() != "```text")
-        .skip(1)
-        .take_while(|l| l.trim() != "```")
-        .map(|l| l.strip_prefix(' ').unwrap_or(l))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 fn main() -> ExitCode {
     hccl_tools::quiet_on_closed_pipe();
-    let a = match parse_args() {
-        Ok(a) => a,
-        Err(e) if e.is_empty() => {
-            println!("{}", usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("hccl_sim: {e}\n{}", usage());
-            return ExitCode::from(2);
-        }
-    };
+    let a = parse_args().unwrap_or_else(|e| e.exit());
     let topo = Topo::uniform(a.hosts, a.per_host);
     let n = topo.n();
     let show = |l: LinkCost| format!("α={:.1} µs β={:.2} GB/s", l.alpha * 1e6, l.beta / 1e9);
@@ -275,7 +292,9 @@ fn main() -> ExitCode {
         .collect();
     let mut proofs = Vec::new();
     if a.check {
-        for &algo in &algos {
+        let bar = Progress::new(algos.len() as u64, "proofs");
+        for (i, &algo) in algos.iter().enumerate() {
+            bar.start(i, format!("proving {}", algo.name()));
             let t = Instant::now();
             let proof = if a.exact {
                 symbolic::check(&topo, &|_| probe.clone(), algo, true)
@@ -283,7 +302,7 @@ fn main() -> ExitCode {
                 fingerprint::check(&topo, &|_| probe.clone(), algo, true)
             };
             let seconds = t.elapsed().as_secs_f64();
-            match &proof {
+            bar.print(|| match &proof {
                 Ok(r) => println!(
                     "  {:<8} correct ({} steps, {} messages, most sent by one rank {} elements, fixed reduction order: {}) [{:.2?}]",
                     algo.name(),
@@ -294,7 +313,7 @@ fn main() -> ExitCode {
                     t.elapsed()
                 ),
                 Err(e) => println!("  {:<8} WRONG: {e}", algo.name()),
-            }
+            });
             let r = proof.as_ref().cloned().unwrap_or_default();
             proofs.push(Proof {
                 algo: algo.name().into(),
@@ -381,7 +400,9 @@ fn predict_table(
     model.fabric = a.topology.as_ref().map(|t| t.2);
     let mut times = Vec::new();
     let mut pick = Vec::new();
-    for &bytes in &a.sizes {
+    let bar = Progress::new(a.sizes.len() as u64, "sizes");
+    for (i, &bytes) in a.sizes.iter().enumerate() {
+        bar.start(i, format!("predicting {}", human(bytes)));
         let c = coll(&a.op, n, bytes)?;
         let row: Vec<Option<f64>> = match &a.topology {
             Some((_, _, f)) if !a.formula => {

@@ -1,4 +1,4 @@
-//! `hccl_plot`: bus bandwidth against message size, log-log, as a PNG.
+//! `hccl_plot`: bus bandwidth against message size, log-log, as a PNG or SVG.
 //!
 //! Inputs are tables with a header line: the tester's `--csv` files, its stdout, or any CSV or
 //! whitespace table (such as `mpi_allreduce`'s) whose header names a size column (`data_size`,
@@ -6,22 +6,26 @@
 //! header units in parentheses or after `_GB/s` are ignored). Each input is one line of the plot,
 //! split further by its `algo` (or `op`) column when that has several values. `--ref` inputs are
 //! drawn dashed, for overlaying a reference run.
+//!
+//! `hccl_plot timeline TRACE.json... -o OUT` draws the operations of `HCCL_TRACE_FILE` traces
+//! instead: see [`timeline`].
 
-pub mod canvas;
-pub mod png;
+pub mod chart;
+pub mod timeline;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use canvas::{text_width, Canvas, Rgb};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Which column is plotted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Metric {
     /// Bus bandwidth.
     Bus,
     /// Algorithm bandwidth.
+    #[value(name = "alg")]
     Alg,
 }
 
@@ -39,7 +43,7 @@ pub struct Series {
 /// Command-line options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    /// Output PNG.
+    /// Output file, PNG or SVG by its extension.
     pub out: PathBuf,
     /// Inputs and their labels.
     pub inputs: Vec<(PathBuf, Option<String>)>,
@@ -51,83 +55,97 @@ pub struct Options {
     pub metric: Metric,
 }
 
-/// Parsed command line.
+/// `hccl_plot`'s flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hccl_plot",
+    about = "Plots bandwidth (GB/s) against message size (bytes), both axes logarithmic, one\n\
+             line per FILE (and per algorithm/op when a file has several). FILE is a tester\n\
+             --csv file, a tester stdout table or any table with size and bandwidth columns.\n\
+             --ref files are drawn dashed. `hccl_plot timeline --help` for traces.",
+    disable_version_flag = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Args {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    /// Output file: PNG or SVG by its extension
+    #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
+    out: Option<PathBuf>,
+    /// Chart title [default: bus bandwidth or algorithm bandwidth]
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
+    /// Plotted column: bus or algorithm bandwidth
+    #[arg(long, value_enum, default_value = "bus")]
+    metric: Metric,
+    /// Reference table, drawn dashed (repeatable)
+    #[arg(long = "ref", value_name = "FILE[=LABEL]", value_parser = labelled)]
+    refs: Vec<(PathBuf, Option<String>)>,
+    /// Tables to plot
+    #[arg(value_name = "FILE[=LABEL]", value_parser = labelled, required_unless_present = "refs")]
+    inputs: Vec<(PathBuf, Option<String>)>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Draws the operations and steps of HCCL_TRACE_FILE traces, one lane per rank
+    Timeline {
+        /// Output file: PNG or SVG by its extension
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        out: PathBuf,
+        /// Chart title [default: the operation and rank counts]
+        #[arg(long, value_name = "TEXT")]
+        title: Option<String>,
+        /// Trace files (all ranks' files of one run, e.g. trace.*.json)
+        #[arg(value_name = "TRACE", required = true)]
+        traces: Vec<PathBuf>,
+    },
+}
+
+/// What `hccl_plot` is asked to draw.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Parsed {
-    /// Plot.
-    Run(Options),
-    /// `-h`.
-    Help,
+pub enum Request {
+    /// Bandwidth against size from tables.
+    Bandwidth(Options),
+    /// A timeline of traces.
+    Timeline {
+        /// Output file.
+        out: PathBuf,
+        /// Title, when given.
+        title: Option<String>,
+        /// Trace files.
+        traces: Vec<PathBuf>,
+    },
 }
 
-/// The usage text.
-pub fn usage() -> String {
-    "usage: hccl_plot -o OUT.png [--title TEXT] [--metric bus|alg] [--ref FILE[=LABEL]]...\n\
-     \x20                FILE[=LABEL]...\n\
-     \n\
-     Plots bandwidth (GB/s) against message size (bytes), both axes logarithmic, one line per\n\
-     FILE (and per algorithm/op when a file has several). FILE is a tester --csv file, a tester\n\
-     stdout table or any table with size and bandwidth columns. --ref files are drawn dashed.\n"
-        .to_string()
-}
-
-fn labelled(s: &str) -> (PathBuf, Option<String>) {
-    match s.rsplit_once('=') {
+fn labelled(s: &str) -> Result<(PathBuf, Option<String>), String> {
+    Ok(match s.rsplit_once('=') {
         Some((p, l)) if !l.is_empty() && !p.is_empty() => (PathBuf::from(p), Some(l.to_string())),
         _ => (PathBuf::from(s), None),
-    }
+    })
 }
 
 /// Parses the arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
-    let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
-    let (mut out, mut inputs, mut refs) = (None, Vec::new(), Vec::new());
-    let mut title = None;
-    let mut metric = Metric::Bus;
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-o" | "--output" => out = Some(PathBuf::from(value()?)),
-            "--title" => title = Some(value()?),
-            "--ref" => refs.push(labelled(&value()?)),
-            "--metric" => {
-                metric = match value()?.as_str() {
-                    "bus" => Metric::Bus,
-                    "alg" => Metric::Alg,
-                    m => return Err(format!("--metric: '{m}' is not bus or alg")),
-                }
-            }
-            f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown flag '{f}'")),
-            _ => inputs.push(labelled(&a)),
-        }
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Request, clap::Error> {
+    let argv = std::iter::once(OsString::from("hccl_plot")).chain(args);
+    let a = Args::try_parse_from(argv)?;
+    if let Some(Sub::Timeline { out, title, traces }) = a.sub {
+        return Ok(Request::Timeline { out, title, traces });
     }
-    let out = out.ok_or("-o OUT.png is required")?;
-    if inputs.is_empty() && refs.is_empty() {
-        return Err("no input files".into());
-    }
-    let title = title.unwrap_or_else(|| {
-        match metric {
+    let title = a.title.unwrap_or_else(|| {
+        match a.metric {
             Metric::Bus => "bus bandwidth",
             Metric::Alg => "algorithm bandwidth",
         }
         .to_string()
     });
-    Ok(Parsed::Run(Options {
-        out,
-        inputs,
-        refs,
+    Ok(Request::Bandwidth(Options {
+        out: a.out.unwrap_or_default(),
+        inputs: a.inputs,
+        refs: a.refs,
         title,
-        metric,
+        metric: a.metric,
     }))
 }
 
@@ -213,168 +231,7 @@ pub fn read_table(
     Ok(out)
 }
 
-const PALETTE: [Rgb; 8] = [
-    [31, 119, 180],
-    [214, 39, 40],
-    [44, 160, 44],
-    [255, 127, 14],
-    [148, 103, 189],
-    [140, 86, 75],
-    [227, 119, 194],
-    [90, 90, 90],
-];
-const BLACK: Rgb = [0, 0, 0];
-const GRID: Rgb = [225, 225, 225];
-const MINOR: Rgb = [242, 242, 242];
-const WHITE: Rgb = [255, 255, 255];
-
-/// `8`, `1K`, `64M`: a power-of-two byte count in 1024-based units.
-pub fn size_label(b: f64) -> String {
-    let b = b.round() as u64;
-    for (u, s) in [(1u64 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")] {
-        if b >= u && b.is_multiple_of(u) {
-            return format!("{}{s}", b / u);
-        }
-    }
-    b.to_string()
-}
-
-fn decade_label(e: i32) -> String {
-    if e >= 0 {
-        format!("{}", 10f64.powi(e))
-    } else {
-        format!("{:.*}", (-e) as usize, 10f64.powi(e))
-    }
-}
-
-/// Renders the chart.
-pub fn render(series: &[Series], title: &str, y_title: &str) -> Result<Canvas, String> {
-    let pts = || {
-        series
-            .iter()
-            .flat_map(|s| s.points.iter())
-            .filter(|(x, y)| *x > 0.0 && *y > 0.0 && x.is_finite() && y.is_finite())
-    };
-    if pts().next().is_none() {
-        return Err("no points with positive size and bandwidth to plot".into());
-    }
-    let (w, h) = (960, 600);
-    let mut c = Canvas::new(w, h, WHITE);
-    let (left, right, top, bottom) = (100, w - 24, 48, h - 72);
-    let fold =
-        |f: fn(f64, f64) -> f64, init: f64, by: fn(&(f64, f64)) -> f64| pts().map(by).fold(init, f);
-    let (x_min, x_max) = (
-        fold(f64::min, f64::MAX, |p| p.0).log2().floor() as i32,
-        fold(f64::max, 0.0, |p| p.0).log2().ceil() as i32,
-    );
-    let x_max = x_max.max(x_min + 1);
-    let x_step = ((x_max - x_min) as f64 / 12.0).ceil().max(1.0) as i32;
-    let x_step = [1, 2, 4, 5, 10]
-        .into_iter()
-        .find(|&s| s >= x_step)
-        .unwrap_or(x_step);
-    // Widen the axis to the next tick so both ends are labelled.
-    let x_max = x_min + (x_max - x_min + x_step - 1) / x_step * x_step;
-    let (y_min, y_max) = (
-        fold(f64::min, f64::MAX, |p| p.1).log10().floor() as i32,
-        fold(f64::max, 0.0, |p| p.1).log10().ceil() as i32,
-    );
-    let y_max = y_max.max(y_min + 1);
-    let px = |x: f64| {
-        left as f64 + (x.log2() - x_min as f64) / (x_max - x_min) as f64 * (right - left) as f64
-    };
-    let py = |y: f64| {
-        bottom as f64 - (y.log10() - y_min as f64) / (y_max - y_min) as f64 * (bottom - top) as f64
-    };
-    // Grid: minor lines at 2..9 × each decade, major lines at decades and at x ticks.
-    for e in y_min..y_max {
-        for m in 2..10 {
-            let y = py(m as f64 * 10f64.powi(e)).round() as i32;
-            c.fill(left, y, right, y + 1, MINOR);
-        }
-    }
-    for e in x_min..=x_max {
-        let x = px(2f64.powi(e)).round() as i32;
-        if (e - x_min) % x_step != 0 {
-            continue;
-        }
-        c.fill(x, top, x + 1, bottom, GRID);
-        c.fill(x, bottom, x + 1, bottom + 6, BLACK);
-        let l = size_label(2f64.powi(e));
-        c.text(x - text_width(&l, 2) / 2, bottom + 10, &l, 2, BLACK);
-    }
-    for e in y_min..=y_max {
-        let y = py(10f64.powi(e)).round() as i32;
-        c.fill(left, y, right, y + 1, GRID);
-        c.fill(left - 6, y, left, y + 1, BLACK);
-        let l = decade_label(e);
-        c.text(left - 10 - text_width(&l, 2), y - 7, &l, 2, BLACK);
-    }
-    c.rect(left, top, right + 1, bottom + 1, BLACK);
-    let xt = "message size (bytes)";
-    c.text((left + right - text_width(xt, 2)) / 2, h - 30, xt, 2, BLACK);
-    c.text_up(
-        12,
-        (top + bottom + text_width(y_title, 2)) / 2,
-        y_title,
-        2,
-        BLACK,
-    );
-    c.text((w - text_width(title, 3)) / 2, 12, title, 3, BLACK);
-    for (k, s) in series.iter().enumerate() {
-        let col = PALETTE[k % PALETTE.len()];
-        let mut p: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .copied()
-            .filter(|(x, y)| *x > 0.0 && *y > 0.0)
-            .collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let dash = if s.dashed { 8 } else { 0 };
-        for seg in p.windows(2) {
-            c.line(
-                px(seg[0].0),
-                py(seg[0].1),
-                px(seg[1].0),
-                py(seg[1].1),
-                3,
-                col,
-                dash,
-            );
-        }
-        for &(x, y) in &p {
-            let (cx, cy) = (px(x).round() as i32, py(y).round() as i32);
-            c.fill(cx - 3, cy - 3, cx + 4, cy + 4, col);
-        }
-    }
-    // Legend, top left inside the plot area, where bandwidth curves start low.
-    let lw = series
-        .iter()
-        .map(|s| text_width(&s.label, 2))
-        .max()
-        .unwrap_or(0)
-        + 56;
-    let lh = series.len() as i32 * 22 + 10;
-    let (lx, ly) = (left + 12, top + 12);
-    c.fill(lx, ly, lx + lw, ly + lh, WHITE);
-    c.rect(lx, ly, lx + lw, ly + lh, BLACK);
-    for (k, s) in series.iter().enumerate() {
-        let col = PALETTE[k % PALETTE.len()];
-        let y = ly + 8 + k as i32 * 22;
-        let dash = if s.dashed { 6 } else { 0 };
-        c.line(
-            (lx + 8) as f64,
-            (y + 7) as f64,
-            (lx + 40) as f64,
-            (y + 7) as f64,
-            3,
-            col,
-            dash,
-        );
-        c.text(lx + 48, y, &s.label, 2, BLACK);
-    }
-    Ok(c)
-}
+pub use chart::size_label;
 
 fn load(
     path: &Path,
@@ -392,7 +249,7 @@ fn load(
     read_table(&text, &name, metric, dashed)
 }
 
-/// Reads the inputs and writes the PNG.
+/// Reads the inputs and writes the chart.
 pub fn plot(o: &Options) -> Result<(), String> {
     let mut series = Vec::new();
     for (p, l) in &o.inputs {
@@ -406,32 +263,26 @@ pub fn plot(o: &Options) -> Result<(), String> {
         Metric::Bus => "bus bandwidth (GB/s)",
         Metric::Alg => "algorithm bandwidth (GB/s)",
     };
-    let c = render(&series, &o.title, y_title)?;
-    let png = png::encode(c.w as u32, c.h as u32, &c.px);
-    std::fs::write(&o.out, png).map_err(|e| format!("{}: {e}", o.out.display()))
+    chart::write_lines(&o.out, &series, &o.title, y_title)
 }
 
 /// `hccl_plot`'s entry point.
 pub fn main() -> ExitCode {
     crate::quiet_on_closed_pipe();
-    match parse(std::env::args_os().skip(1)) {
-        Ok(Parsed::Help) => {
-            print!("{}", usage());
+    let (done, out) = match parse(std::env::args_os().skip(1)).unwrap_or_else(|e| e.exit()) {
+        Request::Bandwidth(o) => (plot(&o), o.out),
+        Request::Timeline { out, title, traces } => {
+            (timeline::plot(&traces, &out, title.as_deref()), out)
+        }
+    };
+    match done {
+        Ok(()) => {
+            println!("wrote {}", out.display());
             ExitCode::SUCCESS
         }
-        Ok(Parsed::Run(o)) => match plot(&o) {
-            Ok(()) => {
-                println!("wrote {}", o.out.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("hccl_plot: error: {e}");
-                ExitCode::FAILURE
-            }
-        },
         Err(e) => {
-            eprint!("hccl_plot: error: {e}\n\n{}", usage());
-            ExitCode::from(2)
+            eprintln!("hccl_plot: error: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -474,23 +325,40 @@ mod tests {
         assert_eq!(size_label(8.0), "8");
         assert_eq!(size_label(2048.0), "2K");
         assert_eq!(size_label(64.0 * 1048576.0), "64M");
-        assert_eq!(decade_label(-2), "0.01");
-        assert_eq!(decade_label(1), "10");
+        assert_eq!(chart::decade_label(-2), "0.01");
+        assert_eq!(chart::decade_label(1), "10");
     }
 
     #[test]
     fn renders_lines_in_series_colours() {
-        let s = vec![Series {
-            label: "a".into(),
-            points: vec![(8.0, 0.01), (1e6, 10.0)],
-            dashed: false,
-        }];
-        let c = render(&s, "t", "y").unwrap();
-        let blue = (0..c.h)
-            .flat_map(|y| (0..c.w).map(move |x| (x, y)))
-            .filter(|&(x, y)| c.get(x, y) == PALETTE[0])
-            .count();
-        assert!(blue > 500, "{blue}");
-        assert!(render(&[], "t", "y").is_err());
+        use plotters::prelude::{BitMapBackend, IntoDrawingArea};
+        let s = vec![
+            Series {
+                label: "a".into(),
+                points: vec![(8.0, 0.01), (1e6, 10.0)],
+                dashed: false,
+            },
+            Series {
+                label: "b".into(),
+                points: vec![(8.0, 0.1), (1e6, 1.0)],
+                dashed: true,
+            },
+        ];
+        let (w, h) = chart::SIZE;
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        {
+            let area = BitMapBackend::with_buffer(&mut px, (w, h)).into_drawing_area();
+            chart::draw_lines(&area, &s, "t", "y").unwrap();
+            area.present().unwrap();
+        }
+        let count = |(r, g, b): (u8, u8, u8)| px.chunks(3).filter(|p| p == &[r, g, b]).count();
+        let (solid, dashed) = (count(chart::PALETTE[0]), count(chart::PALETTE[1]));
+        assert!(solid > 500, "{solid}");
+        // The same length drawn dashed leaves gaps.
+        assert!(dashed > 200 && dashed < solid, "{dashed} vs {solid}");
+        assert_eq!(count(chart::PALETTE[2]), 0);
+        let none: Vec<Series> = Vec::new();
+        let area = BitMapBackend::with_buffer(&mut px, (w, h)).into_drawing_area();
+        assert!(chart::draw_lines(&area, &none, "t", "y").is_err());
     }
 }

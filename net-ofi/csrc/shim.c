@@ -1,0 +1,392 @@
+/*
+ * The libfabric calls of the net plugin. libfabric's object and data-path calls (fi_domain,
+ * fi_endpoint, fi_tsend, fi_cq_read, fi_close, ...) are static inline functions in its headers
+ * that dispatch through per-object operation tables, so they exist only where a C compiler
+ * expands them. This file expands them against the installed headers and gives Rust a few
+ * plain functions and plain structs; Rust never sees a libfabric struct layout.
+ *
+ * Return values: 0 or a count on success, a negative libfabric error code (-FI_E*) otherwise.
+ */
+#define _POSIX_C_SOURCE 200809L /* strdup */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HNO_NAME 64
+
+/* What Rust learns about one fi_info entry. */
+struct hno_info_desc {
+    char provider[HNO_NAME];
+    char fabric[HNO_NAME];
+    char domain[HNO_NAME];
+    uint64_t speed_bps;
+    uint64_t max_msg_size;
+    uint64_t caps;
+    uint64_t mr_mode;
+    uint64_t mr_key_size;
+    uint64_t cq_data_size;
+    uint32_t tclass;
+    uint32_t addrlen;
+};
+
+struct hno_domain {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+};
+
+struct hno_ep {
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    struct fid_av *av;
+};
+
+/* One completion, or one failed operation when err != 0. */
+struct hno_cqe {
+    void *context;
+    uint64_t flags;
+    uint64_t len;
+    uint64_t data;
+    int32_t err;      /* positive FI_E* code of a failed operation, 0 on success */
+    int32_t prov_err; /* the provider's own code of the failure */
+};
+
+static void copy_name(char *dst, const char *src)
+{
+    size_t n = 0;
+    if (src) {
+        n = strlen(src);
+        if (n >= HNO_NAME)
+            n = HNO_NAME - 1;
+        memcpy(dst, src, n);
+    }
+    dst[n] = '\0';
+}
+
+uint32_t hno_context_size(void)
+{
+    return (uint32_t)sizeof(struct fi_context2);
+}
+
+uint32_t hno_api_version(void)
+{
+    return fi_version();
+}
+
+const char *hno_strerror(int err)
+{
+    return fi_strerror(err < 0 ? -err : err);
+}
+
+/*
+ * Reliable-datagram endpoints with tagged messages (and RMA writes with remote CQ data when
+ * want_rma), thread-safe domains, send-after-send ordering, and every memory-registration mode
+ * this plugin handles. prov NULL: every provider libfabric offers (FI_PROVIDER filters them).
+ * tclass 0: unspecified.
+ */
+int hno_getinfo(const char *prov, int want_rma, uint32_t tclass, struct fi_info **out)
+{
+    struct fi_info *hints = fi_allocinfo();
+    int rc;
+
+    *out = NULL;
+    if (!hints)
+        return -FI_ENOMEM;
+    hints->caps = FI_TAGGED;
+    if (want_rma)
+        hints->caps |= FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->domain_attr->threading = FI_THREAD_SAFE;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+    hints->tx_attr->tclass = tclass;
+    if (prov) {
+        hints->fabric_attr->prov_name = strdup(prov);
+        if (!hints->fabric_attr->prov_name) {
+            fi_freeinfo(hints);
+            return -FI_ENOMEM;
+        }
+    }
+    rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints, out);
+    fi_freeinfo(hints);
+    return rc;
+}
+
+struct fi_info *hno_info_next(const struct fi_info *info)
+{
+    return info->next;
+}
+
+void hno_freeinfo(struct fi_info *info)
+{
+    fi_freeinfo(info);
+}
+
+void hno_describe(const struct fi_info *info, struct hno_info_desc *d)
+{
+    memset(d, 0, sizeof(*d));
+    copy_name(d->provider, info->fabric_attr ? info->fabric_attr->prov_name : NULL);
+    copy_name(d->fabric, info->fabric_attr ? info->fabric_attr->name : NULL);
+    copy_name(d->domain, info->domain_attr ? info->domain_attr->name : NULL);
+    if (info->nic && info->nic->link_attr)
+        d->speed_bps = info->nic->link_attr->speed;
+    d->max_msg_size = info->ep_attr ? info->ep_attr->max_msg_size : 0;
+    d->caps = info->caps;
+    if (info->domain_attr) {
+        d->mr_mode = (uint64_t)(unsigned)info->domain_attr->mr_mode;
+        d->mr_key_size = info->domain_attr->mr_key_size;
+        d->cq_data_size = info->domain_attr->cq_data_size;
+    }
+    d->tclass = info->tx_attr ? info->tx_attr->tclass : 0;
+    d->addrlen = (uint32_t)info->src_addrlen;
+}
+
+int hno_domain_open(const struct fi_info *info, struct hno_domain **out)
+{
+    struct hno_domain *d = calloc(1, sizeof(*d));
+    int rc;
+
+    *out = NULL;
+    if (!d)
+        return -FI_ENOMEM;
+    d->info = fi_dupinfo(info);
+    if (!d->info) {
+        free(d);
+        return -FI_ENOMEM;
+    }
+    /* One entry only: fi_dupinfo copies the list head, not its successors. */
+    d->info->next = NULL;
+    rc = fi_fabric(d->info->fabric_attr, &d->fabric, NULL);
+    if (rc == 0)
+        rc = fi_domain(d->fabric, d->info, &d->domain, NULL);
+    if (rc != 0) {
+        if (d->fabric)
+            fi_close(&d->fabric->fid);
+        fi_freeinfo(d->info);
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void hno_domain_close(struct hno_domain *d)
+{
+    fi_close(&d->domain->fid);
+    fi_close(&d->fabric->fid);
+    fi_freeinfo(d->info);
+    free(d);
+}
+
+static void ep_free(struct hno_ep *e)
+{
+    if (e->ep)
+        fi_close(&e->ep->fid);
+    if (e->av)
+        fi_close(&e->av->fid);
+    if (e->cq)
+        fi_close(&e->cq->fid);
+    free(e);
+}
+
+/* An endpoint with its own completion queue and address vector, enabled. */
+int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
+{
+    struct fi_cq_attr cq_attr;
+    struct fi_av_attr av_attr;
+    struct hno_ep *e = calloc(1, sizeof(*e));
+    int rc;
+
+    *out = NULL;
+    if (!e)
+        return -FI_ENOMEM;
+    memset(&cq_attr, 0, sizeof(cq_attr));
+    cq_attr.format = FI_CQ_FORMAT_DATA;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    memset(&av_attr, 0, sizeof(av_attr));
+    av_attr.type = d->info->domain_attr->av_type;
+    rc = fi_cq_open(d->domain, &cq_attr, &e->cq, NULL);
+    if (rc == 0)
+        rc = fi_av_open(d->domain, &av_attr, &e->av, NULL);
+    if (rc == 0)
+        rc = fi_endpoint(d->domain, d->info, &e->ep, NULL);
+    if (rc == 0)
+        rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (rc == 0)
+        rc = fi_ep_bind(e->ep, &e->av->fid, 0);
+    if (rc == 0)
+        rc = fi_enable(e->ep);
+    if (rc != 0) {
+        ep_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void hno_ep_close(struct hno_ep *e)
+{
+    ep_free(e);
+}
+
+/* The endpoint's address; *len is the buffer size in, the address size out. */
+int hno_ep_name(struct hno_ep *e, void *buf, size_t *len)
+{
+    return fi_getname(&e->ep->fid, buf, len);
+}
+
+int hno_av_insert(struct hno_ep *e, const void *addr, uint64_t *fi_addr)
+{
+    fi_addr_t a = FI_ADDR_NOTAVAIL;
+    int n = fi_av_insert(e->av, addr, 1, &a, 0, NULL);
+    if (n < 0)
+        return n;
+    if (n != 1)
+        return -FI_EADDRNOTAVAIL;
+    *fi_addr = a;
+    return 0;
+}
+
+ssize_t hno_tsend(struct hno_ep *e, const void *buf, size_t len, void *desc, uint64_t dest,
+                  uint64_t tag, void *context)
+{
+    return fi_tsend(e->ep, buf, len, desc, dest, tag, context);
+}
+
+ssize_t hno_trecv(struct hno_ep *e, void *buf, size_t len, void *desc, uint64_t tag,
+                  void *context)
+{
+    return fi_trecv(e->ep, buf, len, desc, FI_ADDR_UNSPEC, tag, 0, context);
+}
+
+ssize_t hno_writedata(struct hno_ep *e, const void *buf, size_t len, void *desc, uint64_t imm,
+                      uint64_t dest, uint64_t addr, uint64_t key, void *context)
+{
+    return fi_writedata(e->ep, buf, len, desc, imm, dest, addr, key, context);
+}
+
+/*
+ * Reads up to n completions. A failed operation is returned alone, as one entry with err set;
+ * msg then holds the provider's explanation.
+ */
+ssize_t hno_cq_read(struct hno_ep *e, struct hno_cqe *out, size_t n, char *msg, size_t msglen)
+{
+    struct fi_cq_data_entry buf[16];
+    struct fi_cq_err_entry err;
+    ssize_t got, i;
+
+    if (n > 16)
+        n = 16;
+    got = fi_cq_read(e->cq, buf, n);
+    if (got == -FI_EAGAIN)
+        return 0;
+    if (got == -FI_EAVAIL) {
+        memset(&err, 0, sizeof(err));
+        got = fi_cq_readerr(e->cq, &err, 0);
+        if (got == -FI_EAGAIN)
+            return 0;
+        if (got < 0)
+            return got;
+        out[0].context = err.op_context;
+        out[0].flags = err.flags;
+        out[0].len = err.len;
+        out[0].data = err.data;
+        out[0].err = err.err ? err.err : FI_EOTHER;
+        out[0].prov_err = err.prov_errno;
+        if (msg && msglen) {
+            const char *s = fi_cq_strerror(e->cq, err.prov_errno, err.err_data, NULL, 0);
+            msg[0] = '\0';
+            if (s) {
+                strncpy(msg, s, msglen - 1);
+                msg[msglen - 1] = '\0';
+            }
+        }
+        return 1;
+    }
+    if (got < 0)
+        return got;
+    for (i = 0; i < got; i++) {
+        out[i].context = buf[i].op_context;
+        out[i].flags = buf[i].flags;
+        out[i].len = buf[i].len;
+        out[i].data = buf[i].data;
+        out[i].err = 0;
+        out[i].prov_err = 0;
+    }
+    return got;
+}
+
+/* Flags of struct hno_cqe that Rust needs. */
+uint64_t hno_flag_remote_cq_data(void)
+{
+    return FI_REMOTE_CQ_DATA;
+}
+
+/*
+ * Registers [buf, buf + len) on the domain for local use and, with remote, for remote writes.
+ * requested_key is used when the provider lets the caller choose keys.
+ */
+int hno_mr_reg(struct hno_domain *d, void *buf, size_t len, int remote, uint64_t requested_key,
+               struct fid_mr **mr, void **desc, uint64_t *key)
+{
+    uint64_t access = FI_SEND | FI_RECV;
+    int rc;
+
+    if (remote)
+        access |= FI_WRITE | FI_REMOTE_WRITE;
+    rc = fi_mr_reg(d->domain, buf, len, access, 0, requested_key, 0, mr, NULL);
+    if (rc != 0)
+        return rc;
+    *desc = fi_mr_desc(*mr);
+    *key = fi_mr_key(*mr);
+    if (*key == FI_KEY_NOTAVAIL) {
+        fi_close(&(*mr)->fid);
+        *mr = NULL;
+        return -FI_ENOKEY;
+    }
+    return 0;
+}
+
+void hno_mr_close(struct fid_mr *mr)
+{
+    fi_close(&mr->fid);
+}
+
+/* The mr_mode bits the plugin acts on. */
+uint64_t hno_mr_mode_local(void)
+{
+    return FI_MR_LOCAL;
+}
+
+uint64_t hno_mr_mode_virt_addr(void)
+{
+    return FI_MR_VIRT_ADDR;
+}
+
+uint64_t hno_mr_mode_prov_key(void)
+{
+    return FI_MR_PROV_KEY;
+}
+
+uint64_t hno_cap_rma(void)
+{
+    return FI_RMA;
+}
+
+int hno_err_truncated(void)
+{
+    return FI_ETRUNC;
+}
+
+int hno_err_again(void)
+{
+    return FI_EAGAIN;
+}

@@ -1,0 +1,929 @@
+//! Listening, connecting and the data path.
+//!
+//! Every comm and every listener owns one reliable-datagram endpoint with its own completion
+//! queue and address vector, so every completion on that queue belongs to it: immediate data of
+//! RMA writes needs no routing and closing a comm cannot leave stray completions to others.
+//!
+//! Handshake (tagged messages with the top tag bit set, which user tags never have):
+//! the connector opens an endpoint, sends HELLO {nonce, its address} to the listener's
+//! address from the handle and posts a receive for ACK; the listener's accept opens a new
+//! endpoint for the comm and answers ACK {nonce, that endpoint's address}. The nonce, random
+//! per listener and carried in the handle, rejects hellos and acks of anyone else.
+
+use crate::abi::{MrDesc, NetHandle, HANDLE_BYTES};
+use crate::error::{NetError, NetResult};
+use crate::fabric::Device;
+use crate::handles::{self, Obj};
+use crate::log;
+use crate::mr::Mr;
+use crate::sys::{self, Cqe, HnoEp};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Bytes reserved per operation for libfabric's `struct fi_context2`.
+pub const CONTEXT_BYTES: usize = 64;
+
+const CTRL_TAG: u64 = 1 << 63;
+const TAG_HELLO: u64 = CTRL_TAG | 1;
+const TAG_ACK: u64 = CTRL_TAG | 2;
+/// "HNO1": marks handles and control messages of this plugin.
+const MAGIC: u32 = 0x484e_4f31;
+const WIRE_VERSION: u16 = 1;
+const CTRL_HEADER: usize = 16;
+/// Largest endpoint address a handle carries.
+pub const MAX_ADDR: usize = HANDLE_BYTES - CTRL_HEADER;
+/// Completion-queue entries read per progress call, at most.
+const PROGRESS_BATCHES: usize = 8;
+
+type CtrlBuf = Box<[u8; HANDLE_BYTES]>;
+
+/// A handle or control message: the listener's nonce and an endpoint address.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ctrl {
+    pub nonce: u64,
+    pub addr: Vec<u8>,
+}
+
+impl Ctrl {
+    /// Layout: magic u32, version u16, address length u16, nonce u64 (little endian), address.
+    pub fn encode(&self) -> [u8; HANDLE_BYTES] {
+        let mut b = [0u8; HANDLE_BYTES];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&WIRE_VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&(self.addr.len() as u16).to_le_bytes());
+        b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
+        b[CTRL_HEADER..CTRL_HEADER + self.addr.len()].copy_from_slice(&self.addr);
+        b
+    }
+
+    pub fn decode(b: &[u8; HANDLE_BYTES]) -> NetResult<Ctrl> {
+        let magic = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+        if magic != MAGIC {
+            return Err(NetError::Invalid(format!(
+                "not a handle of this plugin (magic {magic:#x})"
+            )));
+        }
+        let version = u16::from_le_bytes(b[4..6].try_into().expect("2 bytes"));
+        if version != WIRE_VERSION {
+            return Err(NetError::Invalid(format!(
+                "handle of wire version {version}, this plugin speaks {WIRE_VERSION}"
+            )));
+        }
+        let len = u16::from_le_bytes(b[6..8].try_into().expect("2 bytes")) as usize;
+        if len == 0 || len > MAX_ADDR {
+            return Err(NetError::Invalid(format!(
+                "handle address length {len} outside 1..{MAX_ADDR}"
+            )));
+        }
+        Ok(Ctrl {
+            nonce: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            addr: b[CTRL_HEADER..CTRL_HEADER + len].to_vec(),
+        })
+    }
+}
+
+/// A random 64-bit value (std's per-process random hash keys, mixed with the time).
+fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(t);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// An endpoint of the shim, closed on drop.
+struct Ep(*mut HnoEp);
+
+// SAFETY: the endpoint belongs to a FI_THREAD_SAFE domain and is only used under its owner's lock.
+unsafe impl Send for Ep {}
+
+impl Drop for Ep {
+    fn drop(&mut self) {
+        // SAFETY: opened by hno_ep_open, closed once. Closing discards the operations still
+        // posted, so their contexts may be freed afterwards (see EpState's field order).
+        unsafe { sys::hno_ep_close(self.0) };
+    }
+}
+
+fn open_ep(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
+    let mut raw: *mut HnoEp = std::ptr::null_mut();
+    // SAFETY: live domain; raw receives an owned endpoint.
+    let rc = unsafe { sys::hno_ep_open(dev.domain(), &mut raw) };
+    if rc != 0 {
+        return Err(NetError::fabric("fi_endpoint", rc as i64));
+    }
+    let ep = Ep(raw);
+    let mut addr = vec![0u8; MAX_ADDR];
+    let mut len = MAX_ADDR;
+    // SAFETY: addr has len writable bytes.
+    let rc = unsafe { sys::hno_ep_name(ep.0, addr.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return Err(NetError::fabric("fi_getname", rc as i64));
+    }
+    addr.truncate(len);
+    Ok((ep, addr))
+}
+
+fn av_insert(ep: &Ep, addr: &[u8]) -> NetResult<u64> {
+    let mut fi_addr = 0u64;
+    // SAFETY: addr holds an endpoint address of the provider's format (the provider checks it).
+    let rc = unsafe { sys::hno_av_insert(ep.0, addr.as_ptr().cast(), &mut fi_addr) };
+    if rc != 0 {
+        return Err(NetError::fabric("fi_av_insert", rc as i64));
+    }
+    Ok(fi_addr)
+}
+
+/// The context libfabric carries for one operation; its address comes back in the completion.
+#[repr(C, align(8))]
+struct OpCtx {
+    scratch: [u8; CONTEXT_BYTES],
+    id: u64,
+}
+
+#[derive(Clone, Debug)]
+enum OpState {
+    Pending,
+    Done(usize),
+    Failed(NetError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A send or write posted by the caller; reaped by test().
+    UserSend,
+    /// A receive posted by the caller; reaped by test().
+    UserRecv,
+    /// A control send; reaped by progress.
+    CtrlSend,
+    /// A control receive; reaped by the handshake.
+    CtrlRecv,
+}
+
+struct Op {
+    ctx: Box<OpCtx>,
+    kind: Kind,
+    state: OpState,
+    size: usize,
+    /// The request handle of a user operation (removed when the comm closes).
+    handle: usize,
+    _mr: Option<Arc<Mr>>,
+    buf: Option<CtrlBuf>,
+}
+
+/// An endpoint and its operations in flight. Field order matters: the endpoint is dropped
+/// (closed) before the contexts of the operations it may still reference.
+struct EpState {
+    ep: Option<Ep>,
+    ops: HashMap<u64, Op>,
+    next_id: u64,
+    imm: VecDeque<u32>,
+    /// Set when the endpoint failed as a whole; every later call reports it.
+    broken: Option<NetError>,
+    what: String,
+}
+
+impl EpState {
+    fn new(ep: Ep, what: String) -> EpState {
+        EpState {
+            ep: Some(ep),
+            ops: HashMap::new(),
+            next_id: 1,
+            imm: VecDeque::new(),
+            broken: None,
+            what,
+        }
+    }
+
+    fn ep(&self) -> NetResult<*mut HnoEp> {
+        self.ep
+            .as_ref()
+            .map(|e| e.0)
+            .ok_or_else(|| NetError::Invalid(format!("{} is closed", self.what)))
+    }
+
+    /// Posts one operation through `f`, which receives the context pointer.
+    fn post(
+        &mut self,
+        call: &str,
+        kind: Kind,
+        size: usize,
+        mr: Option<Arc<Mr>>,
+        buf: Option<CtrlBuf>,
+        f: impl FnOnce(*mut HnoEp, *mut c_void, *mut u8) -> isize,
+    ) -> NetResult<u64> {
+        let ep = self.ep()?;
+        let id = self.next_id;
+        let mut ctx = Box::new(OpCtx {
+            scratch: [0; CONTEXT_BYTES],
+            id,
+        });
+        let mut buf = buf;
+        let bufp = buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        let rc = f(ep, (&mut *ctx as *mut OpCtx).cast(), bufp);
+        if rc < 0 {
+            // SAFETY: constant query.
+            if rc == -(unsafe { sys::hno_err_again() } as isize) {
+                self.progress();
+                return Err(NetError::Again);
+            }
+            return Err(NetError::fabric(call, rc as i64));
+        }
+        self.next_id += 1;
+        self.ops.insert(
+            id,
+            Op {
+                ctx,
+                kind,
+                state: OpState::Pending,
+                size,
+                handle: 0,
+                _mr: mr,
+                buf,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Reads the completion queue and records what completed.
+    fn progress(&mut self) {
+        let Some(ep) = self.ep.as_ref().map(|e| e.0) else {
+            return;
+        };
+        // SAFETY: constant queries.
+        let (remote_cq_data, etrunc) =
+            unsafe { (sys::hno_flag_remote_cq_data(), sys::hno_err_truncated()) };
+        let mut cqe = [Cqe::default(); 16];
+        let mut msg = [0 as std::ffi::c_char; 128];
+        for _ in 0..PROGRESS_BATCHES {
+            // SAFETY: cqe and msg are writable arrays of the given lengths.
+            let n = unsafe {
+                sys::hno_cq_read(ep, cqe.as_mut_ptr(), cqe.len(), msg.as_mut_ptr(), msg.len())
+            };
+            if n < 0 {
+                let e = NetError::fabric("fi_cq_read", n as i64);
+                log::error(&format!("{}: {e}", self.what));
+                self.broken.get_or_insert(e);
+                return;
+            }
+            if n == 0 {
+                return;
+            }
+            for c in &cqe[..n as usize] {
+                self.complete(c, remote_cq_data, etrunc, &msg);
+            }
+        }
+    }
+
+    fn complete(&mut self, c: &Cqe, remote_cq_data: u64, etrunc: i32, msg: &[std::ffi::c_char]) {
+        if c.context.is_null() {
+            if c.err == 0 && c.flags & remote_cq_data != 0 {
+                self.imm.push_back(c.data as u32);
+            } else if c.err != 0 {
+                let e = NetError::Remote(format!(
+                    "{}: an incoming operation failed: {} ({})",
+                    self.what,
+                    sys::strerror(c.err as i64),
+                    cstr(msg)
+                ));
+                log::error(&e.to_string());
+                self.broken.get_or_insert(e);
+            }
+            return;
+        }
+        // SAFETY: every context we post points to an OpCtx kept alive in `ops` until its
+        // completion has been read (here) or the endpoint is closed.
+        let id = unsafe { (*(c.context as *const OpCtx)).id };
+        let what = self.what.clone();
+        let Some(op) = self.ops.get_mut(&id) else {
+            log::warn(&format!("{what}: completion of unknown operation {id}"));
+            return;
+        };
+        debug_assert_eq!(op.ctx.id, id);
+        op.state = if c.err == 0 {
+            // A receive reports the message's length; a send or write its own size.
+            OpState::Done(if op.kind == Kind::UserRecv {
+                (c.len as usize).min(op.size)
+            } else {
+                op.size
+            })
+        } else if c.err == etrunc {
+            OpState::Failed(NetError::Truncated(format!(
+                "{what}: the message is longer than the {}-byte receive buffer",
+                op.size
+            )))
+        } else {
+            OpState::Failed(NetError::Remote(format!(
+                "{what}: operation failed: {} ({})",
+                sys::strerror(c.err as i64),
+                cstr(msg)
+            )))
+        };
+        // A failed operation ends the comm: providers disagree on what survives (tcp;ofi_rxm
+        // drops the connection after a truncated message), so no later call may count on it.
+        if let OpState::Failed(e) = &op.state {
+            self.broken.get_or_insert_with(|| {
+                NetError::Remote(format!("{what} is unusable after an earlier failure ({e})"))
+            });
+        }
+        if op.kind == Kind::CtrlSend {
+            let op = self.ops.remove(&id).expect("present");
+            if let OpState::Failed(e) = op.state {
+                log::error(&format!("handshake message not delivered: {e}"));
+            }
+        }
+    }
+}
+
+fn cstr(msg: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = msg
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn lock<T>(m: &Mutex<T>) -> NetResult<MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| NetError::Internal("state poisoned by an earlier panic".into()))
+}
+
+/// A listener: accepts comms.
+pub struct ListenComm {
+    pub dev: Arc<Device>,
+    st: Mutex<ListenState>,
+}
+
+struct ListenState {
+    eps: EpState,
+    nonce: u64,
+    hello: Option<u64>,
+    /// Accepted comms whose ACK has not left yet; accept() drives them and hands them out
+    /// once it has, so the connector completes while the acceptor polls accept alone.
+    accepting: Vec<Comm>,
+}
+
+impl ListenComm {
+    /// Opens a listening endpoint on `dev` and fills `handle`.
+    pub fn open(dev: &Arc<Device>) -> NetResult<(ListenComm, NetHandle)> {
+        let (ep, addr) = open_ep(dev)?;
+        let nonce = nonce();
+        let handle = NetHandle {
+            bytes: Ctrl { nonce, addr }.encode(),
+        };
+        let l = ListenComm {
+            dev: dev.clone(),
+            st: Mutex::new(ListenState {
+                eps: EpState::new(ep, format!("listener on device {}", dev.index)),
+                nonce,
+                hello: None,
+                accepting: Vec::new(),
+            }),
+        };
+        Ok((l, handle))
+    }
+
+    /// A new comm when a valid hello has arrived.
+    pub fn accept(&self) -> NetResult<Option<Comm>> {
+        let mut g = lock(&self.st)?;
+        let st = &mut *g;
+        if let Some(e) = &st.eps.broken {
+            return Err(e.clone());
+        }
+        if let Some(c) = Self::ready_one(&mut st.accepting) {
+            return Ok(Some(c));
+        }
+        if st.hello.is_none() {
+            let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
+            let id = st.eps.post(
+                "fi_trecv",
+                Kind::CtrlRecv,
+                HANDLE_BYTES,
+                None,
+                Some(buf),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
+                    unsafe {
+                        sys::hno_trecv(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            TAG_HELLO,
+                            ctx,
+                        )
+                    }
+                },
+            );
+            match id {
+                Ok(id) => st.hello = Some(id),
+                Err(NetError::Again) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        st.eps.progress();
+        let id = st.hello.expect("posted above");
+        if matches!(st.eps.ops[&id].state, OpState::Pending) {
+            return Ok(None);
+        }
+        let op = st.eps.ops.remove(&id).expect("present");
+        st.hello = None;
+        let buf = op.buf.expect("control receive has a buffer");
+        let hello = match op.state {
+            OpState::Done(_) => Ctrl::decode(&buf),
+            OpState::Failed(e) => Err(e),
+            OpState::Pending => unreachable!("checked above"),
+        };
+        match hello {
+            Ok(h) if h.nonce == st.nonce => {
+                let comm = Comm::accepted(&self.dev, &h.addr, st.nonce)?;
+                st.accepting.push(comm);
+                Ok(Self::ready_one(&mut st.accepting))
+            }
+            Ok(_) => {
+                log::warn("listener: ignored a hello carrying another listener's nonce");
+                Ok(None)
+            }
+            Err(e) => {
+                log::warn(&format!("listener: ignored a malformed hello: {e}"));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Drives the accepted comms; takes out the first whose ACK has left (failed ones are
+    /// dropped: their connector sees its connect fail or time out).
+    fn ready_one(accepting: &mut Vec<Comm>) -> Option<Comm> {
+        let mut i = 0;
+        while i < accepting.len() {
+            match accepting[i].ack_sent() {
+                Ok(true) => return Some(accepting.remove(i)),
+                Ok(false) => i += 1,
+                Err(e) => {
+                    log::warn(&format!(
+                        "listener: dropped a connection whose ACK failed: {e}"
+                    ));
+                    accepting.remove(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// Closes the endpoint.
+    pub fn close(&self) -> NetResult<()> {
+        let mut st = lock(&self.st)?;
+        for c in st.accepting.drain(..) {
+            let _ = c.close();
+        }
+        st.eps.ep = None;
+        st.eps.ops.clear();
+        Ok(())
+    }
+}
+
+enum Phase {
+    /// Waiting for the listener's ACK (the receive's operation id).
+    Connecting(u64),
+    Ready,
+}
+
+/// A connected (or connecting) comm.
+pub struct Comm {
+    pub dev: Arc<Device>,
+    st: Mutex<CommState>,
+}
+
+struct CommState {
+    eps: EpState,
+    peer: Option<u64>,
+    phase: Phase,
+    nonce: u64,
+    /// A control message not yet accepted by the provider: (tag, destination, payload).
+    ctrl_out: Option<(u64, u64, CtrlBuf)>,
+}
+
+/// A posted operation, named by a request handle.
+pub struct Request {
+    pub comm: Arc<Comm>,
+    pub id: u64,
+}
+
+impl Comm {
+    /// Starts connecting to the listener described by `handle`.
+    pub fn connect(dev: &Arc<Device>, handle: &NetHandle) -> NetResult<Comm> {
+        let target = Ctrl::decode(&handle.bytes)?;
+        let (ep, addr) = open_ep(dev)?;
+        let listener = av_insert(&ep, &target.addr)?;
+        let mut st = CommState {
+            eps: EpState::new(ep, format!("comm on device {}", dev.index)),
+            peer: None,
+            phase: Phase::Ready,
+            nonce: target.nonce,
+            ctrl_out: None,
+        };
+        let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
+        // The ACK receive must be posted before the HELLO leaves: a provider without
+        // unexpected-message buffering would otherwise drop a fast answer.
+        let mut tries = 0;
+        let ack = loop {
+            tries += 1;
+            match st.eps.post(
+                "fi_trecv",
+                Kind::CtrlRecv,
+                HANDLE_BYTES,
+                None,
+                Some(buf.clone()),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own buffer of HANDLE_BYTES, alive until the op is removed.
+                    unsafe {
+                        sys::hno_trecv(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            TAG_ACK,
+                            ctx,
+                        )
+                    }
+                },
+            ) {
+                Err(NetError::Again) if tries < 1000 => continue,
+                Err(NetError::Again) => {
+                    return Err(NetError::Internal("a new endpoint refuses receives".into()))
+                }
+                other => break other?,
+            }
+        };
+        st.phase = Phase::Connecting(ack);
+        st.ctrl_out = Some((
+            TAG_HELLO,
+            listener,
+            Box::new(
+                Ctrl {
+                    nonce: target.nonce,
+                    addr,
+                }
+                .encode(),
+            ),
+        ));
+        st.drive();
+        Ok(Comm {
+            dev: dev.clone(),
+            st: Mutex::new(st),
+        })
+    }
+
+    fn accepted(dev: &Arc<Device>, peer_addr: &[u8], nonce: u64) -> NetResult<Comm> {
+        let (ep, addr) = open_ep(dev)?;
+        let peer = av_insert(&ep, peer_addr)?;
+        let mut st = CommState {
+            eps: EpState::new(ep, format!("comm on device {}", dev.index)),
+            peer: Some(peer),
+            phase: Phase::Ready,
+            nonce,
+            ctrl_out: Some((TAG_ACK, peer, Box::new(Ctrl { nonce, addr }.encode()))),
+        };
+        st.drive();
+        Ok(Comm {
+            dev: dev.clone(),
+            st: Mutex::new(st),
+        })
+    }
+
+    fn state(&self) -> NetResult<MutexGuard<'_, CommState>> {
+        let st = lock(&self.st)?;
+        st.eps.ep()?;
+        Ok(st)
+    }
+
+    /// Whether this accepted comm's ACK has been sent (drives it).
+    fn ack_sent(&self) -> NetResult<bool> {
+        let mut st = self.state()?;
+        st.drive();
+        st.usable()?;
+        Ok(st.ctrl_out.is_none() && !st.eps.ops.values().any(|o| o.kind == Kind::CtrlSend))
+    }
+
+    /// Whether the handshake has finished.
+    pub fn connect_test(&self) -> NetResult<bool> {
+        let mut st = self.state()?;
+        st.drive();
+        if let Some(e) = &st.eps.broken {
+            return Err(e.clone());
+        }
+        // An accepted comm is connected from the start (its ACK may still be leaving; isend
+        // waits for that).
+        Ok(matches!(st.phase, Phase::Ready))
+    }
+
+    fn check_buffer(&self, mr: &Option<Arc<Mr>>, data: usize, size: usize) -> NetResult<()> {
+        if data == 0 && size > 0 {
+            return Err(NetError::Invalid("data is NULL".into()));
+        }
+        if size as u64 > self.dev.desc.max_msg_size {
+            return Err(NetError::Invalid(format!(
+                "size {size} exceeds the device's maximum message of {} bytes",
+                self.dev.desc.max_msg_size
+            )));
+        }
+        match mr {
+            Some(m) => m.covers(&self.dev, data, size),
+            None if self.dev.mr_local && size > 0 => Err(NetError::Invalid(
+                "this device needs registered buffers (HCCL_NET_FLAG_REG_REQUIRED): pass the memory handle".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn request(self: &Arc<Self>, st: &mut CommState, id: u64) -> *mut c_void {
+        let h = handles::insert(Obj::Request(Arc::new(Request {
+            comm: self.clone(),
+            id,
+        })));
+        if let Some(op) = st.eps.ops.get_mut(&id) {
+            op.handle = h as usize;
+        }
+        h
+    }
+
+    /// Posts a tagged send.
+    pub fn isend(
+        self: &Arc<Self>,
+        data: *const c_void,
+        size: usize,
+        tag: u32,
+        mr: Option<Arc<Mr>>,
+    ) -> NetResult<*mut c_void> {
+        self.check_buffer(&mr, data as usize, size)?;
+        let mut st = self.state()?;
+        st.usable()?;
+        let Some(peer) = st.peer.filter(|_| st.ctrl_out.is_none()) else {
+            st.drive();
+            return Err(NetError::Again);
+        };
+        let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
+        let id = st
+            .eps
+            .post("fi_tsend", Kind::UserSend, size, mr, None, |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes.
+                unsafe { sys::hno_tsend(ep, data, size, desc, peer, tag as u64, ctx) }
+            })?;
+        Ok(self.request(&mut st, id))
+    }
+
+    /// Posts a tagged receive.
+    pub fn irecv(
+        self: &Arc<Self>,
+        data: *mut c_void,
+        size: usize,
+        tag: u32,
+        mr: Option<Arc<Mr>>,
+    ) -> NetResult<*mut c_void> {
+        self.check_buffer(&mr, data as usize, size)?;
+        let mut st = self.state()?;
+        st.usable()?;
+        let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
+        let id = st
+            .eps
+            .post("fi_trecv", Kind::UserRecv, size, mr, None, |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes.
+                unsafe { sys::hno_trecv(ep, data, size, desc, tag as u64, ctx) }
+            })?;
+        Ok(self.request(&mut st, id))
+    }
+
+    /// Posts an RMA write with immediate data.
+    pub fn iwrite(
+        self: &Arc<Self>,
+        data: *const c_void,
+        size: usize,
+        mr: Option<Arc<Mr>>,
+        remote: &MrDesc,
+        offset: u64,
+        imm: u32,
+    ) -> NetResult<*mut c_void> {
+        if !self.dev.rma {
+            return Err(NetError::NotSupported(format!(
+                "provider {} offers no RMA write with immediate data",
+                self.dev.provider
+            )));
+        }
+        self.check_buffer(&mr, data as usize, size)?;
+        let end = offset.checked_add(size as u64);
+        if end.is_none_or(|e| e > remote.size) {
+            return Err(NetError::Invalid(format!(
+                "write of {size} bytes at offset {offset} exceeds the remote region of {} bytes",
+                remote.size
+            )));
+        }
+        let addr = remote.base.checked_add(offset).ok_or_else(|| {
+            NetError::Invalid(format!(
+                "remote base {:#x} + offset {offset} overflows",
+                remote.base
+            ))
+        })?;
+        let key = remote.key;
+        let mut st = self.state()?;
+        st.usable()?;
+        let Some(peer) = st.peer.filter(|_| st.ctrl_out.is_none()) else {
+            st.drive();
+            return Err(NetError::Again);
+        };
+        let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
+        let id = st.eps.post(
+            "fi_writedata",
+            Kind::UserSend,
+            size,
+            mr,
+            None,
+            |ep, ctx, _| {
+                // SAFETY: the caller vouches for [data, data + size) until the request completes;
+                // the remote side is checked by the provider against the key.
+                unsafe {
+                    sys::hno_writedata(ep, data, size, desc, imm as u64, peer, addr, key, ctx)
+                }
+            },
+        )?;
+        Ok(self.request(&mut st, id))
+    }
+
+    /// The oldest immediate value received, if any.
+    pub fn poll_imm(&self) -> NetResult<Option<u32>> {
+        if !self.dev.rma {
+            return Err(NetError::NotSupported(format!(
+                "provider {} offers no RMA write with immediate data",
+                self.dev.provider
+            )));
+        }
+        let mut st = self.state()?;
+        st.drive();
+        if let Some(v) = st.eps.imm.pop_front() {
+            return Ok(Some(v));
+        }
+        st.usable()?;
+        Ok(None)
+    }
+
+    /// Some(bytes) once operation `id` completed (then it is forgotten), None while pending.
+    pub fn test(&self, id: u64) -> NetResult<Option<usize>> {
+        let mut st = self.state()?;
+        st.drive();
+        let broken = st.eps.broken.clone();
+        let state = match st.eps.ops.get(&id) {
+            None => {
+                return Err(NetError::Invalid(format!(
+                    "request {id} is not pending on this comm"
+                )))
+            }
+            Some(op) => op.state.clone(),
+        };
+        let outcome = match (state, broken) {
+            (OpState::Pending, None) => return Ok(None),
+            (OpState::Pending, Some(e)) => Err(e),
+            (OpState::Done(n), _) => Ok(Some(n)),
+            (OpState::Failed(e), _) => Err(e),
+        };
+        let op = st.eps.ops.remove(&id).expect("present");
+        handles::remove(op.handle as *mut c_void);
+        outcome
+    }
+
+    /// Closes the endpoint; requests still pending are abandoned and their handles removed.
+    pub fn close(&self) -> NetResult<()> {
+        let mut st = lock(&self.st)?;
+        st.eps.ep = None;
+        for (_, op) in st.eps.ops.drain() {
+            if op.handle != 0 {
+                handles::remove(op.handle as *mut c_void);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CommState {
+    fn usable(&self) -> NetResult<()> {
+        match &self.eps.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Posts a waiting control message, reads completions and finishes the handshake.
+    fn drive(&mut self) {
+        if let Some((tag, dest, payload)) = self.ctrl_out.take() {
+            let r = self.eps.post(
+                "fi_tsend",
+                Kind::CtrlSend,
+                HANDLE_BYTES,
+                None,
+                Some(payload.clone()),
+                |ep, ctx, b| {
+                    // SAFETY: b is the op's own copy of the payload, alive until the op completes.
+                    unsafe {
+                        sys::hno_tsend(
+                            ep,
+                            b.cast(),
+                            HANDLE_BYTES,
+                            std::ptr::null_mut(),
+                            dest,
+                            tag,
+                            ctx,
+                        )
+                    }
+                },
+            );
+            match r {
+                Ok(_) => {}
+                Err(NetError::Again) => self.ctrl_out = Some((tag, dest, payload)),
+                Err(e) => {
+                    self.eps.broken.get_or_insert(e);
+                }
+            }
+        }
+        self.eps.progress();
+        let Phase::Connecting(id) = self.phase else {
+            return;
+        };
+        let Some(op) = self.eps.ops.get(&id) else {
+            return;
+        };
+        if matches!(op.state, OpState::Pending) {
+            return;
+        }
+        let op = self.eps.ops.remove(&id).expect("present");
+        let buf = op.buf.expect("control receive has a buffer");
+        let ack = match op.state {
+            OpState::Done(_) => Ctrl::decode(&buf),
+            OpState::Failed(e) => Err(e),
+            OpState::Pending => unreachable!("checked above"),
+        };
+        let r = ack.and_then(|a| {
+            if a.nonce != self.nonce {
+                return Err(NetError::Remote(
+                    "the acceptor answered with another listener's nonce".into(),
+                ));
+            }
+            let ep = self
+                .eps
+                .ep
+                .as_ref()
+                .ok_or_else(|| NetError::Invalid("comm is closed".into()))?;
+            av_insert(ep, &a.addr)
+        });
+        match r {
+            Ok(peer) => {
+                self.peer = Some(peer);
+                self.phase = Phase::Ready;
+            }
+            Err(e) => {
+                log::error(&format!("connect failed: {e}"));
+                self.eps.broken.get_or_insert(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_and_reject_garbage() {
+        let c = Ctrl {
+            nonce: 0x0123_4567_89ab_cdef,
+            addr: vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1],
+        };
+        let b = c.encode();
+        assert_eq!(Ctrl::decode(&b).expect("valid"), c);
+
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert!(matches!(Ctrl::decode(&bad), Err(NetError::Invalid(_))));
+        let mut bad = b;
+        bad[4] = 9;
+        assert!(matches!(Ctrl::decode(&bad), Err(NetError::Invalid(_))));
+        for len in [0u16, (MAX_ADDR + 1) as u16, u16::MAX] {
+            let mut bad = b;
+            bad[6..8].copy_from_slice(&len.to_le_bytes());
+            assert!(
+                matches!(Ctrl::decode(&bad), Err(NetError::Invalid(_))),
+                "{len}"
+            );
+        }
+        assert!(Ctrl::decode(&[0; HANDLE_BYTES]).is_err());
+    }
+
+    #[test]
+    fn nonces_differ() {
+        assert_ne!(nonce(), nonce());
+    }
+}

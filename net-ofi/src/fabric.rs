@@ -1,0 +1,350 @@
+//! Device discovery: which libfabric provider, which interfaces, and the traffic class.
+
+use crate::abi::{self, NetConfig, NetProperties, FLAG_REG_REQUIRED, FLAG_RMA, UNSET};
+use crate::error::{NetError, NetResult};
+use crate::log;
+use crate::sys::{self, FiInfo, HnoDomain, InfoDesc};
+use std::ffi::CString;
+use std::sync::Arc;
+
+/// Providers tried in order when `FI_PROVIDER` does not choose: RDMA first, TCP last.
+pub const PREFERRED: [&str; 3] = ["verbs", "efa", "tcp"];
+
+/// Immediate data the plugin's `iwrite` carries.
+const IMM_BYTES: u64 = 4;
+
+/// One opened network interface (a libfabric fabric + domain).
+pub struct Device {
+    pub index: usize,
+    domain: *mut HnoDomain,
+    pub desc: InfoDesc,
+    pub provider: String,
+    pub fabric: String,
+    pub name: String,
+    /// RMA writes with immediate data are available.
+    pub rma: bool,
+    /// Buffers must be registered (FI_MR_LOCAL).
+    pub mr_local: bool,
+    /// Remote addresses are virtual addresses (else offsets into the region).
+    pub mr_virt_addr: bool,
+    /// The provider picks registration keys.
+    pub mr_prov_key: bool,
+    /// The traffic class applied (HCCL_RDMA_TC value), or UNSET.
+    pub traffic_class: i32,
+}
+
+// SAFETY: the domain is opened with FI_THREAD_SAFE and never changes after opening; it is
+// closed only when the last Arc<Device> drops.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+impl Device {
+    pub fn domain(&self) -> *mut HnoDomain {
+        self.domain
+    }
+
+    /// The C properties of this device.
+    pub fn properties(&self) -> NetProperties {
+        let mut p = NetProperties {
+            name: [0; abi::NAME_BYTES],
+            provider: [0; abi::NAME_BYTES],
+            fabric: [0; abi::NAME_BYTES],
+            speed_mbps: self.desc.speed_bps / 1_000_000,
+            max_message_bytes: self.desc.max_msg_size,
+            flags: 0,
+            reserved: 0,
+            traffic_class: self.traffic_class,
+            // libfabric has no service-level attribute (see `discover`).
+            service_level: UNSET,
+        };
+        abi::set_name(&mut p.name, &self.name);
+        abi::set_name(&mut p.provider, &self.provider);
+        abi::set_name(&mut p.fabric, &self.fabric);
+        if self.rma {
+            p.flags |= FLAG_RMA;
+        }
+        if self.mr_local {
+            p.flags |= FLAG_REG_REQUIRED;
+        }
+        p
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: opened by hno_domain_open, closed once, here; every endpoint and registration
+        // holds an Arc<Device>, so none outlives the domain.
+        unsafe { sys::hno_domain_close(self.domain) };
+    }
+}
+
+/// libfabric's `tclass` value for an HCCL_RDMA_TC byte (DSCP in its upper six bits).
+pub fn tclass_of(tc: i32) -> u32 {
+    if tc < 0 {
+        0
+    } else {
+        0x100 | ((tc as u32 & 0xff) >> 2)
+    }
+}
+
+/// Checks the caller's configuration.
+pub fn check_config(cfg: &NetConfig) -> NetResult<()> {
+    if cfg.traffic_class != UNSET && !(0..=255).contains(&cfg.traffic_class) {
+        return Err(NetError::Invalid(format!(
+            "trafficClass {} is outside 0..255",
+            cfg.traffic_class
+        )));
+    }
+    if cfg.service_level != UNSET && !(0..=15).contains(&cfg.service_level) {
+        return Err(NetError::Invalid(format!(
+            "serviceLevel {} is outside 0..15",
+            cfg.service_level
+        )));
+    }
+    Ok(())
+}
+
+/// The fi_info list of one query; freed on drop.
+struct InfoList(*mut FiInfo);
+
+impl Drop for InfoList {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the list came from fi_getinfo and is freed once.
+            unsafe { sys::hno_freeinfo(self.0) };
+        }
+    }
+}
+
+impl InfoList {
+    fn entries(&self) -> Vec<*mut FiInfo> {
+        let mut v = Vec::new();
+        let mut p = self.0;
+        while !p.is_null() {
+            v.push(p);
+            // SAFETY: p is an entry of the live list.
+            p = unsafe { sys::hno_info_next(p) };
+        }
+        v
+    }
+}
+
+fn getinfo(prov: Option<&str>, want_rma: bool, tclass: u32) -> Result<InfoList, i64> {
+    let cprov = prov.map(|p| CString::new(p).expect("provider names have no NUL"));
+    let mut out: *mut FiInfo = std::ptr::null_mut();
+    // SAFETY: valid C string or null; out receives a list we own.
+    let rc = unsafe {
+        sys::hno_getinfo(
+            cprov.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            want_rma as i32,
+            tclass,
+            &mut out,
+        )
+    };
+    let list = InfoList(out);
+    if rc != 0 {
+        return Err(rc as i64);
+    }
+    Ok(list)
+}
+
+/// The best query for one provider: with RMA if it has it, with the traffic class if it takes
+/// it. Returns the list and whether the traffic class was accepted.
+fn query(prov: Option<&str>, tclass: u32) -> Result<(InfoList, bool), String> {
+    let mut why = Vec::new();
+    let tries: &[(bool, u32)] = if tclass != 0 {
+        &[(true, tclass), (true, 0), (false, tclass), (false, 0)]
+    } else {
+        &[(true, 0), (false, 0)]
+    };
+    for &(rma, tc) in tries {
+        match getinfo(prov, rma, tc) {
+            Ok(list) if !list.0.is_null() => return Ok((list, tc != 0)),
+            Ok(_) => why.push("no entries".to_string()),
+            Err(rc) => why.push(sys::strerror(rc)),
+        }
+    }
+    why.dedup();
+    Err(why.join("; "))
+}
+
+fn describe(info: *const FiInfo) -> InfoDesc {
+    // SAFETY: InfoDesc is plain data (all-zero is valid) that hno_describe fills.
+    let mut d: InfoDesc = unsafe { std::mem::zeroed() };
+    // SAFETY: info is a live fi_info entry; d is writable.
+    unsafe { sys::hno_describe(info, &mut d) };
+    d
+}
+
+/// Opens the devices of the first provider that works: `FI_PROVIDER`'s choice when set (libfabric
+/// filters by it), else the first of verbs, efa, tcp. One device per interface.
+pub fn discover(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
+    // SAFETY: plain query of a constant.
+    let ctx_size = unsafe { sys::hno_context_size() } as usize;
+    if ctx_size > crate::comm::CONTEXT_BYTES {
+        return Err(NetError::Internal(format!(
+            "libfabric's fi_context2 is {ctx_size} bytes, more than the {} this plugin reserves",
+            crate::comm::CONTEXT_BYTES
+        )));
+    }
+    let tclass = tclass_of(cfg.traffic_class);
+    let forced = std::env::var("FI_PROVIDER").ok().filter(|s| !s.is_empty());
+    let candidates: Vec<Option<&str>> = match &forced {
+        Some(_) => vec![None],
+        None => PREFERRED.iter().map(|p| Some(*p)).collect(),
+    };
+    let mut tried = Vec::new();
+    for prov in candidates {
+        let label = prov.map_or_else(
+            || format!("FI_PROVIDER={}", forced.as_deref().unwrap_or("")),
+            str::to_string,
+        );
+        let (list, tc_taken) = match query(prov, tclass) {
+            Ok(q) => q,
+            Err(why) => {
+                log::debug(&format!("provider {label} unusable: {why}"));
+                tried.push(format!("{label}: {why}"));
+                continue;
+            }
+        };
+        let devices = open_devices(&list, cfg, tclass, tc_taken);
+        if devices.is_empty() {
+            tried.push(format!("{label}: no interface could be opened"));
+            continue;
+        }
+        // SAFETY: plain query.
+        let v = unsafe { sys::hno_api_version() };
+        log::info(&format!("libfabric {}.{}", v >> 16, v & 0xffff));
+        report(&devices, cfg, &label);
+        return Ok(devices);
+    }
+    Err(NetError::NoDevice(format!(
+        "no libfabric provider works here ({})",
+        tried.join(", ")
+    )))
+}
+
+fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -> Vec<Arc<Device>> {
+    // SAFETY: constant queries.
+    let (rma_cap, mr_local, mr_virt, mr_prov) = unsafe {
+        (
+            sys::hno_cap_rma(),
+            sys::hno_mr_mode_local(),
+            sys::hno_mr_mode_virt_addr(),
+            sys::hno_mr_mode_prov_key(),
+        )
+    };
+    let mut devices: Vec<Arc<Device>> = Vec::new();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for info in list.entries() {
+        let desc = describe(info);
+        let provider = sys::name(&desc.provider);
+        let name = sys::name(&desc.domain);
+        // The first entry of each interface (libfabric lists IPv4 before IPv6 fabrics).
+        if seen.iter().any(|(p, n)| *p == provider && *n == name) {
+            continue;
+        }
+        seen.push((provider.clone(), name.clone()));
+        let mut dom: *mut HnoDomain = std::ptr::null_mut();
+        // SAFETY: info is a live entry; dom receives an owned domain.
+        let rc = unsafe { sys::hno_domain_open(info, &mut dom) };
+        if rc != 0 {
+            log::warn(&format!(
+                "provider {provider} interface {name}: {}",
+                NetError::fabric("fi_domain", rc as i64)
+            ));
+            continue;
+        }
+        let applied = tc_taken && tclass != 0 && desc.tclass == tclass;
+        devices.push(Arc::new(Device {
+            index: devices.len(),
+            domain: dom,
+            provider,
+            fabric: sys::name(&desc.fabric),
+            name,
+            rma: desc.caps & rma_cap != 0 && desc.cq_data_size >= IMM_BYTES,
+            mr_local: desc.mr_mode & mr_local != 0,
+            mr_virt_addr: desc.mr_mode & mr_virt != 0,
+            mr_prov_key: desc.mr_mode & mr_prov != 0,
+            traffic_class: if applied { cfg.traffic_class } else { UNSET },
+            desc,
+        }));
+    }
+    devices
+}
+
+fn report(devices: &[Arc<Device>], cfg: &NetConfig, label: &str) {
+    for d in devices {
+        log::info(&format!(
+            "device {}: provider {}, fabric {}, interface {} ({}; rma {}, registration {})",
+            d.index,
+            d.provider,
+            d.fabric,
+            d.name,
+            label,
+            if d.rma { "yes" } else { "no" },
+            if d.mr_local { "required" } else { "optional" },
+        ));
+    }
+    if cfg.traffic_class != UNSET {
+        let taken: Vec<String> = devices
+            .iter()
+            .filter(|d| d.traffic_class != UNSET)
+            .map(|d| d.name.clone())
+            .collect();
+        if taken.len() == devices.len() {
+            log::info(&format!(
+                "traffic class {} (DSCP {}) applied",
+                cfg.traffic_class,
+                cfg.traffic_class >> 2
+            ));
+        } else {
+            log::warn(&format!(
+                "traffic class {} ignored by provider {} (it does not take libfabric's tclass attribute)",
+                cfg.traffic_class, devices[0].provider
+            ));
+        }
+    }
+    if cfg.service_level != UNSET {
+        log::warn(&format!(
+            "service level {} ignored: libfabric has no service-level attribute (on RoCE the \
+             switch maps the traffic class to a priority; on InfiniBand the subnet manager assigns SLs)",
+            cfg.service_level
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_class_maps_the_tos_byte_to_dscp() {
+        assert_eq!(tclass_of(UNSET), 0);
+        assert_eq!(tclass_of(0), 0x100);
+        // TOS 132 = DSCP 33 (the vendor's default RoCE class).
+        assert_eq!(tclass_of(132), 0x100 | 33);
+        assert_eq!(tclass_of(255), 0x100 | 63);
+    }
+
+    #[test]
+    fn config_ranges_are_checked() {
+        assert!(check_config(&NetConfig::default()).is_ok());
+        let ok = NetConfig {
+            traffic_class: 255,
+            service_level: 15,
+        };
+        assert!(check_config(&ok).is_ok());
+        for (tc, sl) in [(256, UNSET), (-2, UNSET), (UNSET, 16), (UNSET, -5)] {
+            let bad = NetConfig {
+                traffic_class: tc,
+                service_level: sl,
+            };
+            assert!(
+                matches!(check_config(&bad), Err(NetError::Invalid(_))),
+                "{tc} {sl}"
+            );
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The interface every kind of link implements, so that the endpoint (and everything above it)
+//! drives links without knowing which kinds exist.
+//!
+//! A [`Link`] moves tagged messages to and from one peer: sends and receives queue in posting
+//! order and complete as [`Link::progress`] moves them. Between passes of progress the endpoint
+//! sleeps on whatever the active links name as their wake-up source ([`Wake`]). Links of one
+//! endpoint may share state ([`Medium`]: the in-process fabric, this rank's shared-memory
+//! segment) that carries failures between ranks and may offer a bell to sleep on.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::backoff::{Wait, NO_CPU};
+use super::tag::Tag;
+use super::ReduceFn;
+use crate::base::error::{Error, Result};
+
+/// Where a link's peer runs, seen from this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The rank itself.
+    Itself,
+    /// Another thread of this process.
+    Process,
+    /// Another process on this host (level0).
+    Host,
+    /// Across the network (level1), possibly on this host when forced.
+    Network,
+}
+
+/// What a link is, for logs, traces and the cost model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Short name (`self`, `memory`, `shm`, `tcp`, ...).
+    pub name: &'static str,
+    /// Where the peer runs.
+    pub reach: Reach,
+    /// Whether large messages move in one copy, the receiver reading the sender's buffer.
+    pub single_copy: bool,
+}
+
+/// How a waiting endpoint learns that an active link may progress.
+#[derive(Clone, Copy, Debug)]
+pub enum Wake {
+    /// The peer rings this endpoint's doorbell.
+    Doorbell,
+    /// The peer rings the bell of the link's [`Medium`].
+    Medium,
+    /// A descriptor turns ready for the given poll events.
+    Fd(libc::pollfd),
+    /// Nothing signals: the link is polled ([`Link::ready`]) and the endpoint sleeps only in
+    /// short slices.
+    Poll,
+}
+
+/// State that several links of one endpoint share.
+pub trait Medium: Send + Sync {
+    /// A failure another rank recorded here, as this rank reports it.
+    fn failure(&self) -> Option<Error> {
+        None
+    }
+    /// Records that this rank failed for `why`, so that ranks waiting on it stop.
+    fn fail(&self, why: &Error);
+    /// Publishes the CPU this rank waits on ([`NO_CPU`]: none it can vouch for).
+    fn set_cpu(&self, _cpu: u32) {}
+    /// The bell's current value, when the medium has a bell to sleep on.
+    fn bell_seq(&self) -> Option<u32> {
+        None
+    }
+    /// Waits until the bell differs from `seen`, `also` is ready or `max` passes (under the
+    /// waiting policy); returns whether something happened.
+    fn wait(&self, _seen: u32, _max: Duration, _also: &mut dyn Wait) -> bool {
+        false
+    }
+}
+
+/// Whether two media are the same object.
+pub(crate) fn same_medium(a: &Arc<dyn Medium>, b: &Arc<dyn Medium>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// What the links of one endpoint share while they progress.
+#[derive(Debug, Default)]
+pub struct Shared {
+    reduce_posted: u64,
+    reduce_next: u64,
+    /// Scratch for reductions of data read from elsewhere (grown by the link that needs it).
+    pub stage: Vec<u8>,
+}
+
+impl Shared {
+    /// The turn of a new reducing receive. Links that take turns run their reducing receives in
+    /// turn order, across peers, so the order in which values are combined (and so the bits of
+    /// a float result) never depends on which peer was ready first.
+    pub fn reduce_turn(&mut self) -> u64 {
+        self.reduce_posted += 1;
+        self.reduce_posted - 1
+    }
+
+    /// Whether the reducing receive of turn `k` may run now.
+    pub fn my_turn(&self, k: u64) -> bool {
+        k == self.reduce_next
+    }
+
+    /// Hands the turn to the next reducing receive.
+    pub fn turn_done(&mut self) {
+        self.reduce_next += 1;
+    }
+
+    /// Starts counting turns afresh (nothing is pending).
+    pub fn reset(&mut self) {
+        self.reduce_posted = 0;
+        self.reduce_next = 0;
+    }
+}
+
+/// A link to one peer.
+pub trait Link: Send {
+    /// What the link is.
+    fn info(&self) -> LinkInfo;
+
+    /// The state this link shares with other links of the endpoint, if any.
+    fn medium(&self) -> Option<Arc<dyn Medium>> {
+        None
+    }
+
+    /// Queues a send of `len` bytes at `ptr` tagged `tag`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes and stay valid and unmodified until the link
+    /// is idle (or aborted).
+    unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()>;
+
+    /// Queues a receive of `len` bytes into `ptr` tagged `tag`, reducing into it when `reduce`
+    /// is given (taking a turn from `shared` when the link orders reductions).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes (and reads when reducing) of `len` bytes and stay so,
+    /// untouched by anyone else, until the link is idle (or aborted).
+    unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+        shared: &mut Shared,
+    ) -> Result<()>;
+
+    /// Moves whatever can move now without blocking; returns whether anything moved.
+    fn progress(&mut self, shared: &mut Shared) -> Result<bool>;
+
+    /// Whether nothing is queued.
+    fn idle(&self) -> bool;
+
+    /// How a waiting endpoint learns that this (active) link may progress.
+    fn wake(&self) -> Wake;
+
+    /// For [`Wake::Poll`] links: a cheap check whether progress would find something.
+    fn ready(&self) -> bool {
+        false
+    }
+
+    /// Fails when the peer is known to have failed or gone; `thorough` allows a costlier check
+    /// (a system call) after a wait that timed out.
+    fn check_peer(&self, _thorough: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// The tag of a message that has arrived while no receive is posted for it.
+    fn stray_tag(&self) -> Option<Tag>;
+
+    /// The CPU the peer last waited on ([`NO_CPU`] when unknown).
+    fn peer_cpu(&self) -> u32 {
+        NO_CPU
+    }
+
+    /// A descriptor whose hang-up means the peer's process is gone, when the link has one: a
+    /// rank that loses one such link looks at the others to name the peer really lost.
+    fn hangup_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Whether the peer has closed the link (checked without waiting).
+    fn hung_up(&self) -> bool {
+        false
+    }
+
+    /// Drops everything queued and tells the peer `why` where the link can.
+    fn abort(&mut self, why: &Error);
+}

@@ -1,0 +1,729 @@
+//! Link between ranks on different hosts through a net plugin ([`super::plugin`]).
+//!
+//! # Set-up
+//! Peers on other hosts are first connected over TCP by the usual bootstrap (the communicator's
+//! key checked by the acceptor). Over that connection each pair then agrees on a plugin comm:
+//! the higher rank listens and sends its handle, the lower rank connects, both poll until
+//! connected, and both confirm; if either side cannot, the pair keeps the TCP connection as an
+//! ordinary TCP link. The TCP connection otherwise stays open, idle, as the liveness signal: when
+//! a peer process dies the kernel closes it, and a waiting rank notices within a wait slice.
+//!
+//! # Data path
+//! Each direction has [`SLOTS`] registered staging buffers of [`SLOT_BYTES`]. A message is cut
+//! into chunks that each carry a 64-byte header (magic, kind, message length, offset, the
+//! operation tag) and up to `SLOT_BYTES - 64` bytes; the sender copies a chunk into a free slot
+//! and posts it, so up to [`SLOTS`] chunks are in flight while the next is copied. The receiver
+//! keeps a receive posted on every slot; chunks are consumed in posting order, the first chunk
+//! of a message checked against the receive posted for it (operation tag and size, as on every
+//! link) before a byte is delivered, then copied or reduced into the destination. Completion is
+//! polled ([`Wake::Poll`]): the endpoint checks it under its waiting policy and sleeps only in
+//! short slices.
+//!
+//! # Failures
+//! A rank that aborts posts an abort record (a header of its own kind, then the reason) and
+//! closes the liveness connection; the peer reports the reason, or that the peer is gone.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::link::{Link, LinkInfo, Reach, Shared, Wake};
+use super::plugin::{NetPlugin, FLAG_REG_REQUIRED, HANDLE_BYTES};
+use super::tag::{Tag, TAG_LEN};
+use super::ReduceFn;
+use crate::base::error::{Error, ErrorKind, Result};
+
+/// Staging buffers per direction.
+pub const SLOTS: usize = 4;
+/// Bytes of one staging buffer (header included).
+pub const SLOT_BYTES: usize = 512 << 10;
+const HDR: usize = 64;
+const CHUNK: usize = SLOT_BYTES - HDR;
+const MAGIC: u32 = 0x484e_4554;
+const KIND_DATA: u32 = 1;
+const KIND_ABORT: u32 = 2;
+/// The plugin tag every chunk travels under (one tag: chunks stay in order).
+const WIRE_TAG: u32 = 7;
+const HELLO_MAGIC: u64 = 0x4f4c_4c45_4854_454e;
+const HELLO_LEN: usize = 16 + HANDLE_BYTES;
+
+type Ptr = *mut std::ffi::c_void;
+
+#[derive(Clone, Copy)]
+struct ChunkHdr {
+    kind: u32,
+    chunk: u32,
+    total: u64,
+    off: u64,
+    tag: Tag,
+}
+
+impl ChunkHdr {
+    fn write(&self, b: &mut [u8]) {
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.kind.to_le_bytes());
+        b[8..12].copy_from_slice(&self.chunk.to_le_bytes());
+        b[16..24].copy_from_slice(&self.total.to_le_bytes());
+        b[24..32].copy_from_slice(&self.off.to_le_bytes());
+        b[32..32 + TAG_LEN].copy_from_slice(&self.tag.0);
+    }
+
+    fn read(b: &[u8]) -> Option<ChunkHdr> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        if b.len() < HDR || u32_at(0) != MAGIC {
+            return None;
+        }
+        let mut tag = Tag::default();
+        tag.0.copy_from_slice(&b[32..32 + TAG_LEN]);
+        let h = ChunkHdr {
+            kind: u32_at(4),
+            chunk: u32_at(8),
+            total: u64_at(16),
+            off: u64_at(24),
+            tag,
+        };
+        let fits = h.chunk as usize <= CHUNK && h.chunk as usize + HDR <= b.len();
+        (matches!(h.kind, KIND_DATA | KIND_ABORT) && fits).then_some(h)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Op {
+    ptr: usize,
+    len: usize,
+    reduce: Option<ReduceFn>,
+    tag: Tag,
+    /// Bytes handed to slots (sends) or delivered (receives).
+    done: usize,
+}
+
+/// A posted receive on a staging slot, or its completed chunk (bytes received).
+#[derive(Clone, Copy)]
+enum RxSlot {
+    Posted(usize, Ptr),
+    Arrived(usize, usize),
+    /// Not posted: the plugin asked to try again later.
+    Idle(usize),
+}
+
+struct State {
+    plugin: Arc<NetPlugin>,
+    comm: Ptr,
+    mr: Ptr,
+    /// `2 * SLOTS` staging buffers: sends first, then receives.
+    stage: Vec<u8>,
+    me: u32,
+    peer: u32,
+    addr: String,
+    tx: VecDeque<Op>,
+    /// Send slots in flight (slot, request), oldest first, and the free ones.
+    tx_busy: VecDeque<(usize, Ptr)>,
+    tx_free: Vec<usize>,
+    rx: VecDeque<Op>,
+    /// Receive slots in posting order: chunks are consumed from the front.
+    rx_slots: VecDeque<RxSlot>,
+    /// Progress made inside `ready` (reported by the next `progress`), or its error.
+    early: bool,
+    failed: Option<Error>,
+}
+
+/// The link to one peer on another host through the net plugin.
+pub struct PluginLink {
+    st: RefCell<State>,
+    stream: TcpStream,
+}
+
+// SAFETY: the raw pointers are plugin handles (callable from any thread per the interface) and
+// this link's own staging memory; the link is used by one thread at a time.
+unsafe impl Send for State {}
+
+impl State {
+    fn slot(&mut self, i: usize) -> *mut u8 {
+        // SAFETY: i < 2 * SLOTS, inside the staging buffer.
+        unsafe { self.stage.as_mut_ptr().add(i * SLOT_BYTES) }
+    }
+
+    fn mh(&self) -> Ptr {
+        self.mr
+    }
+
+    fn net_err(&self, what: &str, code: i32) -> Error {
+        Error::new(
+            ErrorKind::RoceTransfer,
+            format!(
+                "{what} peer rank {} ({}) through the net plugin failed (code {code})",
+                self.peer, self.addr
+            ),
+        )
+    }
+
+    /// Keeps a receive posted on every receive slot that has none.
+    fn post_receives(&mut self) -> Result<()> {
+        for k in 0..self.rx_slots.len() {
+            if let RxSlot::Idle(i) = self.rx_slots[k] {
+                let p = self.slot(i);
+                // SAFETY: the slot is this link's, valid until the comm is closed.
+                let r = unsafe {
+                    self.plugin
+                        .irecv(self.comm, p, SLOT_BYTES, WIRE_TAG, self.mh())
+                };
+                match r {
+                    Ok(Some(req)) => self.rx_slots[k] = RxSlot::Posted(i, req),
+                    Ok(None) => break,
+                    Err(e) => return Err(self.net_err("receive from", e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self) -> Result<bool> {
+        let mut any = false;
+        // Sends: retire completed chunks, then fill free slots.
+        while let Some(&(slot, req)) = self.tx_busy.front() {
+            match self.plugin.test(req) {
+                Ok(Some(_)) => {
+                    self.tx_busy.pop_front();
+                    self.tx_free.push(slot);
+                    any = true;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.tx_busy.pop_front();
+                    return Err(self.net_err("send to", e));
+                }
+            }
+        }
+        while let (Some(op), Some(&slot)) = (self.tx.front().copied(), self.tx_free.last()) {
+            let n = (op.len - op.done).min(CHUNK);
+            let p = self.slot(slot);
+            // SAFETY: the slot holds SLOT_BYTES = HDR + CHUNK bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + n) };
+            ChunkHdr {
+                kind: KIND_DATA,
+                chunk: n as u32,
+                total: op.len as u64,
+                off: op.done as u64,
+                tag: op.tag,
+            }
+            .write(&mut buf[..HDR]);
+            if n > 0 {
+                // SAFETY: post_send's contract: op.ptr readable for op.len bytes.
+                let src =
+                    unsafe { std::slice::from_raw_parts((op.ptr as *const u8).add(op.done), n) };
+                buf[HDR..].copy_from_slice(src);
+            }
+            // SAFETY: the slot stays untouched until the request completes.
+            let r = unsafe {
+                self.plugin
+                    .isend(self.comm, p, HDR + n, WIRE_TAG, self.mh())
+            };
+            match r {
+                Ok(Some(req)) => {
+                    self.tx_free.pop();
+                    self.tx_busy.push_back((slot, req));
+                    any = true;
+                }
+                Ok(None) => break,
+                Err(e) => return Err(self.net_err("send to", e)),
+            }
+            let op = self.tx.front_mut().expect("front exists");
+            op.done += n;
+            if op.done == op.len {
+                // Copied out: the caller's buffer is free again.
+                self.tx.pop_front();
+            }
+        }
+        // Receives: test in posting order, consume arrived chunks from the front.
+        for k in 0..self.rx_slots.len() {
+            if let RxSlot::Posted(i, req) = self.rx_slots[k] {
+                match self.plugin.test(req) {
+                    Ok(Some(bytes)) => {
+                        self.rx_slots[k] = RxSlot::Arrived(i, bytes);
+                        any = true;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.rx_slots[k] = RxSlot::Idle(i);
+                        return Err(self.net_err("receive from", e));
+                    }
+                }
+            }
+        }
+        while let Some(&RxSlot::Arrived(i, bytes)) = self.rx_slots.front() {
+            let p = self.slot(i);
+            // SAFETY: the plugin wrote `bytes` (<= SLOT_BYTES) into the slot.
+            let chunk = unsafe { std::slice::from_raw_parts(p as *const u8, bytes) };
+            let Some(h) = ChunkHdr::read(chunk) else {
+                return Err(Error::new(
+                    ErrorKind::RoceTransfer,
+                    format!(
+                        "corrupt chunk header from peer rank {} ({})",
+                        self.peer, self.addr
+                    ),
+                ));
+            };
+            if h.kind == KIND_ABORT {
+                let text = String::from_utf8_lossy(&chunk[HDR..HDR + h.chunk as usize]);
+                let code = u32::from_le_bytes(h.tag.0[0..4].try_into().expect("4 bytes"));
+                let why = Error::new(
+                    if code == ErrorKind::Para.code() {
+                        ErrorKind::Para
+                    } else {
+                        ErrorKind::Remote
+                    },
+                    text.into_owned(),
+                );
+                return Err(super::propagated(
+                    why,
+                    &format!("peer rank {} ({})", self.peer, self.addr),
+                ));
+            }
+            let Some(op) = self.rx.front_mut() else {
+                break;
+            };
+            if op.done == 0 {
+                Tag::check(&h.tag, &op.tag, self.peer, self.me)?;
+            }
+            if h.total != op.len as u64 || h.off != op.done as u64 {
+                return Err(Error::new(
+                    ErrorKind::Para,
+                    format!(
+                        "message size mismatch: peer rank {} sent {} bytes, this rank expected \
+                         {}",
+                        self.peer, h.total, op.len
+                    ),
+                ));
+            }
+            let n = h.chunk as usize;
+            if n > op.len - op.done {
+                return Err(Error::new(
+                    ErrorKind::RoceTransfer,
+                    format!(
+                        "peer rank {} sent a chunk past the end of a {}-byte message",
+                        self.peer, op.len
+                    ),
+                ));
+            }
+            if n > 0 {
+                // SAFETY: post_recv's contract: the destination is valid for op.len bytes;
+                // chunks hold whole elements (CHUNK is a multiple of 64).
+                unsafe {
+                    let dst = (op.ptr as *mut u8).add(op.done);
+                    let src = chunk.as_ptr().add(HDR);
+                    match op.reduce {
+                        None => std::ptr::copy_nonoverlapping(src, dst, n),
+                        Some(r) => r.apply(dst, src, n),
+                    }
+                }
+            }
+            op.done += n;
+            if op.done == op.len {
+                self.rx.pop_front();
+            }
+            self.rx_slots.pop_front();
+            self.rx_slots.push_back(RxSlot::Idle(i));
+            any = true;
+        }
+        self.post_receives()?;
+        Ok(any)
+    }
+
+    fn stray_tag(&self) -> Option<Tag> {
+        if !self.rx.is_empty() {
+            return None;
+        }
+        let RxSlot::Arrived(i, bytes) = *self.rx_slots.front()? else {
+            return None;
+        };
+        let chunk = &self.stage[i * SLOT_BYTES..i * SLOT_BYTES + bytes];
+        ChunkHdr::read(chunk)
+            .filter(|h| h.kind == KIND_DATA && h.off == 0)
+            .map(|h| h.tag)
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        self.plugin.close_comm(self.comm);
+        if !self.mr.is_null() {
+            self.plugin.dereg_mr(self.mr);
+        }
+    }
+}
+
+impl PluginLink {
+    fn new(
+        plugin: Arc<NetPlugin>,
+        comm: Ptr,
+        stream: TcpStream,
+        me: u32,
+        peer: u32,
+    ) -> Result<PluginLink> {
+        let addr = stream
+            .peer_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let mut st = State {
+            plugin,
+            comm,
+            mr: std::ptr::null_mut(),
+            stage: vec![0u8; 2 * SLOTS * SLOT_BYTES],
+            me,
+            peer,
+            addr,
+            tx: VecDeque::new(),
+            tx_busy: VecDeque::new(),
+            tx_free: (0..SLOTS).rev().collect(),
+            rx: VecDeque::new(),
+            rx_slots: (SLOTS..2 * SLOTS).map(RxSlot::Idle).collect(),
+            early: false,
+            failed: None,
+        };
+        let (p, len) = (st.stage.as_mut_ptr(), st.stage.len());
+        match st.plugin.reg_mr(comm, p, len) {
+            Ok(mh) => st.mr = mh,
+            Err(e) if st.plugin.properties().flags & FLAG_REG_REQUIRED != 0 => return Err(e),
+            Err(e) => log::debug!("{e}; continuing unregistered"),
+        }
+        st.post_receives()?;
+        Ok(PluginLink {
+            st: RefCell::new(st),
+            stream,
+        })
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        let mut p = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r > 0 && p.revents != 0 {
+            let st = self.st.borrow();
+            return Err(Error::new(
+                ErrorKind::RoceTransfer,
+                format!(
+                    "peer rank {} ({}) is gone: its connection closed while this rank waited \
+                     for it",
+                    st.peer, st.addr
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Link for PluginLink {
+    fn info(&self) -> LinkInfo {
+        LinkInfo {
+            name: "net",
+            reach: Reach::Network,
+            single_copy: false,
+        }
+    }
+
+    unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
+        self.st.get_mut().tx.push_back(Op {
+            ptr: ptr as usize,
+            len,
+            reduce: None,
+            tag,
+            done: 0,
+        });
+        Ok(())
+    }
+
+    /// A reducing receive is reduced chunk by chunk as it arrives, without taking a turn.
+    unsafe fn post_recv(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<ReduceFn>,
+        tag: Tag,
+        _shared: &mut Shared,
+    ) -> Result<()> {
+        self.st.get_mut().rx.push_back(Op {
+            ptr: ptr as usize,
+            len,
+            reduce,
+            tag,
+            done: 0,
+        });
+        Ok(())
+    }
+
+    fn progress(&mut self, _shared: &mut Shared) -> Result<bool> {
+        let st = self.st.get_mut();
+        if let Some(e) = st.failed.take() {
+            return Err(e);
+        }
+        let moved = st.progress()?;
+        Ok(moved | std::mem::take(&mut st.early))
+    }
+
+    /// A zero-length send still travels as one chunk; a send is done once copied out, but the
+    /// link stays busy until its chunks have left (the plugin moves them only when called).
+    fn idle(&self) -> bool {
+        let st = self.st.borrow();
+        st.tx.is_empty() && st.rx.is_empty() && st.tx_busy.is_empty()
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Poll
+    }
+
+    fn ready(&self) -> bool {
+        let Ok(mut st) = self.st.try_borrow_mut() else {
+            return false;
+        };
+        if st.failed.is_some() {
+            return true;
+        }
+        match st.progress() {
+            Ok(true) => {
+                st.early = true;
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                st.failed = Some(e);
+                true
+            }
+        }
+    }
+
+    fn check_peer(&self, thorough: bool) -> Result<()> {
+        if thorough {
+            self.check_alive()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn stray_tag(&self) -> Option<Tag> {
+        self.st.borrow().stray_tag()
+    }
+
+    fn hangup_fd(&self) -> Option<RawFd> {
+        Some(self.stream.as_raw_fd())
+    }
+
+    fn hung_up(&self) -> bool {
+        self.check_alive().is_err()
+    }
+
+    fn abort(&mut self, why: &Error) {
+        let st = self.st.get_mut();
+        st.tx.clear();
+        st.rx.clear();
+        // Best effort: an abort record in a free slot, given a moment to leave.
+        if let Some(slot) = st.tx_free.pop() {
+            let text = &why.msg.as_bytes()[..why.msg.len().min(CHUNK)];
+            let p = st.slot(slot);
+            // SAFETY: the slot holds SLOT_BYTES bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + text.len()) };
+            let mut tag = Tag::default();
+            tag.0[0..4].copy_from_slice(&why.kind.code().to_le_bytes());
+            ChunkHdr {
+                kind: KIND_ABORT,
+                chunk: text.len() as u32,
+                total: 0,
+                off: 0,
+                tag,
+            }
+            .write(&mut buf[..HDR]);
+            buf[HDR..].copy_from_slice(text);
+            // SAFETY: the slot stays untouched until the comm is closed.
+            let r = unsafe {
+                st.plugin
+                    .isend(st.comm, p, HDR + text.len(), WIRE_TAG, st.mh())
+            };
+            if let Ok(Some(req)) = r {
+                let until = Instant::now() + Duration::from_millis(100);
+                while Instant::now() < until && matches!(st.plugin.test(req), Ok(None)) {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// What a peer on another host ended up as after the introduction.
+pub enum Attached {
+    /// A link through the net plugin.
+    Net(Box<PluginLink>),
+    /// The plugin could not connect the pair: keep the connection as a TCP link.
+    Tcp(TcpStream),
+}
+
+fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::TcpTransfer,
+        format!("net plugin introduction with peer rank {peer}: {what}: {e}"),
+    )
+}
+
+fn set_deadline(s: &TcpStream, dl: Instant) -> std::io::Result<()> {
+    let left = dl
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    s.set_read_timeout(Some(left))?;
+    s.set_write_timeout(Some(left))
+}
+
+/// Connects rank `me` to each peer of `peers` (on other hosts, over their connected single TCP
+/// stream) through `plugin`, falling back to TCP per pair when either side cannot.
+pub fn introduce(
+    plugin: &Arc<NetPlugin>,
+    me: u32,
+    peers: Vec<(u32, TcpStream)>,
+    dl: Instant,
+) -> Result<Vec<(u32, Attached)>> {
+    struct Pair {
+        peer: u32,
+        s: TcpStream,
+        listen: Option<Ptr>,
+        comm: Option<Ptr>,
+        connected: bool,
+        ok: bool,
+    }
+    let mut pairs: Vec<Pair> = Vec::with_capacity(peers.len());
+    // Hellos first: writes never wait for the peer, so no order of pairs can deadlock.
+    for (peer, mut s) in peers {
+        s.set_nonblocking(false)
+            .and_then(|_| set_deadline(&s, dl))
+            .map_err(|e| io_ctx(peer, "socket set-up", e))?;
+        let mut listen = None;
+        let mut hello = [0u8; HELLO_LEN];
+        hello[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        hello[8] = 1;
+        if me > peer {
+            match plugin.listen() {
+                Ok((lc, h)) => {
+                    listen = Some(lc);
+                    hello[16..].copy_from_slice(&h.bytes);
+                }
+                Err(e) => {
+                    log::info!("{e}: peer rank {peer} stays on TCP");
+                    hello[8] = 0;
+                }
+            }
+        }
+        s.write_all(&hello)
+            .map_err(|e| io_ctx(peer, "sending the hello", e))?;
+        pairs.push(Pair {
+            peer,
+            s,
+            listen,
+            comm: None,
+            connected: false,
+            ok: hello[8] == 1,
+        });
+    }
+    for p in &mut pairs {
+        let mut hello = [0u8; HELLO_LEN];
+        p.s.read_exact(&mut hello)
+            .map_err(|e| io_ctx(p.peer, "reading the hello", e))?;
+        if u64::from_le_bytes(hello[0..8].try_into().expect("8 bytes")) != HELLO_MAGIC {
+            return Err(Error::new(
+                ErrorKind::TcpTransfer,
+                format!(
+                    "net plugin introduction with peer rank {}: bad hello",
+                    p.peer
+                ),
+            ));
+        }
+        p.ok &= hello[8] == 1;
+        if p.ok && me < p.peer {
+            let mut h = super::plugin::Handle {
+                bytes: [0; HANDLE_BYTES],
+            };
+            h.bytes.copy_from_slice(&hello[16..]);
+            match plugin.connect(&h) {
+                Ok(c) => p.comm = Some(c),
+                Err(e) => {
+                    log::info!("{e}: peer rank {} stays on TCP", p.peer);
+                    p.ok = false;
+                }
+            }
+        }
+    }
+    // Connect and accept in one loop: a connect completes only while its peer accepts.
+    loop {
+        let mut pending = false;
+        for p in pairs.iter_mut().filter(|p| p.ok && !p.connected) {
+            let r = if me < p.peer {
+                plugin.connect_test(p.comm.expect("connecting comm"))
+            } else {
+                plugin.accept(p.listen.expect("listen comm")).map(|c| {
+                    p.comm = c;
+                    c.is_some()
+                })
+            };
+            match r {
+                Ok(true) => p.connected = true,
+                Ok(false) => pending = true,
+                Err(e) => {
+                    log::info!("{e}: peer rank {} stays on TCP", p.peer);
+                    p.ok = false;
+                }
+            }
+        }
+        if !pending {
+            break;
+        }
+        if Instant::now() >= dl {
+            for p in pairs.iter_mut().filter(|p| p.ok && !p.connected) {
+                log::info!(
+                    "net plugin: connecting to peer rank {} timed out; it stays on TCP",
+                    p.peer
+                );
+                p.ok = false;
+            }
+            break;
+        }
+        std::thread::yield_now();
+    }
+    // Both sides confirm; either one failing keeps the pair on TCP.
+    for p in &mut pairs {
+        if let Some(lc) = p.listen.take() {
+            plugin.close_listen(lc);
+        }
+        p.s.write_all(&[p.ok as u8])
+            .map_err(|e| io_ctx(p.peer, "sending the confirmation", e))?;
+    }
+    let mut out = Vec::with_capacity(pairs.len());
+    for mut p in pairs {
+        let mut b = [0u8; 1];
+        p.s.read_exact(&mut b)
+            .map_err(|e| io_ctx(p.peer, "reading the confirmation", e))?;
+        let both = p.ok && b[0] == 1;
+        p.s.set_read_timeout(None)
+            .and_then(|_| p.s.set_write_timeout(None))
+            .map_err(|e| io_ctx(p.peer, "socket set-up", e))?;
+        match (both, p.comm) {
+            (true, Some(c)) => {
+                p.s.set_nonblocking(true)
+                    .map_err(|e| io_ctx(p.peer, "socket set-up", e))?;
+                let l = PluginLink::new(plugin.clone(), c, p.s, me, p.peer)?;
+                out.push((p.peer, Attached::Net(Box::new(l))));
+            }
+            (_, c) => {
+                if let Some(c) = c {
+                    plugin.close_comm(c);
+                }
+                out.push((p.peer, Attached::Tcp(p.s)));
+            }
+        }
+    }
+    Ok(out)
+}

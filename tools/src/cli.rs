@@ -226,9 +226,9 @@ pub struct TesterArgs {
     /// Also write the table as JSON
     #[arg(long = "json", value_name = "FILE", help_heading = "Output")]
     pub json: Option<PathBuf>,
-    /// All-reduce only: fp16, bf16, int8[:BLOCK], topk[:RATIO] or none (across hosts; between
-    /// all ranks on one host); the check compares the ranks' bytes, and a rel_l2_error column
-    /// gives the relative L2 error against the exact sum
+    /// All-reduce only: fp16, bf16, int8 (or int8:BLOCK), topk (or topk:RATIO) or none (across
+    /// hosts; between all ranks on one host); the check compares the ranks' bytes, and a
+    /// rel_l2_error column gives the relative L2 error against the exact sum
     #[arg(long = "compress", value_name = "METHOD", help_heading = "Measurement")]
     pub compress: Option<String>,
 }

@@ -122,6 +122,14 @@ const HEADERS: &[Header] = &[
         trailer: "",
         export: &[],
     },
+    Header {
+        file: "hccl_ext.h",
+        sources: &["src/ffi/ext_api.rs"],
+        guard: "HCCL_EXT_H_",
+        includes: &["hccl/hccl.h"],
+        trailer: "",
+        export: &["HcclExtCompressMethod"],
+    },
 ];
 
 fn main() {

@@ -90,6 +90,7 @@ fn run(comms: &[Communicator], count: usize, input: Input) -> Vec<(Vec<u32>, Vec
                         send: send.as_ptr() as usize,
                         recv: red.as_mut_ptr() as usize,
                         ext: Vec::new(),
+                        compress: None,
                     })
                     .unwrap_or_else(|e| panic!("rank {r} allreduce: {e}"));
                     let mut gat = vec![0f32; count * n];
@@ -101,6 +102,7 @@ fn run(comms: &[Communicator], count: usize, input: Input) -> Vec<(Vec<u32>, Vec
                         send: send.as_ptr() as usize,
                         recv: gat.as_mut_ptr() as usize,
                         ext: Vec::new(),
+                        compress: None,
                     })
                     .unwrap_or_else(|e| panic!("rank {r} allgather: {e}"));
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -289,6 +291,7 @@ fn run_op(
                         send,
                         recv,
                         ext: Vec::new(),
+                        compress: None,
                     })
                     .unwrap_or_else(|e| panic!("rank {r} {name}: {e}"));
                     out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()

@@ -89,6 +89,7 @@ fn calibration_measures_both_levels_and_agrees() {
                     send: input.as_ptr() as usize,
                     recv: out.as_mut_ptr() as usize,
                     ext: Vec::new(),
+                    compress: None,
                 };
                 c.execute(&args).expect("AllReduce");
                 let want: Vec<i32> = (0..1000).map(|i| i * 10).collect();

@@ -101,7 +101,7 @@ fn headers_compile_as_c99_and_cxx11() {
     let c = dir.join("all_headers.c");
     std::fs::write(
         &c,
-        "#include \"hccl/hccl.h\"\n#include \"hccl/hccl_types.h\"\n#include \"hccl/hccl_comm.h\"\nint main(void) { return 0; }\n",
+        "#include \"hccl/hccl.h\"\n#include \"hccl/hccl_types.h\"\n#include \"hccl/hccl_comm.h\"\n#include \"hccl/hccl_ext.h\"\nint main(void) { return 0; }\n",
     )
     .expect("write probe");
     let inc = format!("-I{}", root().join("include").display());
@@ -127,6 +127,13 @@ fn headers_compile_as_c99_and_cxx11() {
 fn abi_layout_asserts() {
     let exe = build("abi_layout.c", "c11", &[]);
     run(&mut Command::new(exe));
+}
+
+#[test]
+fn compressed_allreduce_through_the_extension_header() {
+    let exe = build("compressed_ext.c", "c99", &["-pthread", "-lm"]);
+    let out = run(&mut Command::new(exe));
+    assert!(out.contains("compressed_ext: ok"), "{out}");
 }
 
 #[test]

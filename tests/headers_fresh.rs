@@ -6,7 +6,7 @@ use std::path::Path;
 fn checked_in_headers_match_generated() {
     let generated = Path::new(env!("HCCL_GENERATED_INCLUDE"));
     let checked_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/hccl");
-    for h in ["hccl.h", "hccl_types.h", "hccl_comm.h"] {
+    for h in ["hccl.h", "hccl_types.h", "hccl_comm.h", "hccl_ext.h"] {
         let g = std::fs::read_to_string(generated.join(h)).expect("generated header");
         let c = std::fs::read_to_string(checked_in.join(h)).unwrap_or_default();
         assert!(

@@ -1,6 +1,6 @@
 """Type stubs of the extension module (documentation lives in the docstrings)."""
 
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 Buffer = Any
 """A C-contiguous buffer: numpy array, torch CPU tensor, bytearray, memoryview, or an object
@@ -63,7 +63,12 @@ class Communicator:
         out: Optional[Buffer] = None,
         async_op: bool = False,
         dtype: Optional[DType] = None,
+        compression: Optional[str] = None,
+        residual: Optional[Buffer] = None,
+        compress_level0: bool = False,
     ) -> Optional[Request]: ...
+    def stats(self) -> Dict[str, Union[int, float]]: ...
+    def reset_stats(self) -> None: ...
     def broadcast(
         self, buf: Buffer, root: int = 0, *, async_op: bool = False, dtype: Optional[DType] = None
     ) -> Optional[Request]: ...
@@ -136,6 +141,9 @@ def allreduce(
     out: Optional[Buffer] = None,
     async_op: bool = False,
     dtype: Optional[DType] = None,
+    compression: Optional[str] = None,
+    residual: Optional[Buffer] = None,
+    compress_level0: bool = False,
 ) -> Optional[Request]: ...
 def broadcast(
     buf: Buffer, root: int = 0, *, async_op: bool = False, dtype: Optional[DType] = None

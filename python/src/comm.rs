@@ -4,9 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hccl::algo::{Coll, P2pItem};
+use hccl::base::compress::{Method, Spec};
 use hccl::base::dtype::{DataType, ReduceOp};
 use hccl::base::env::EnvConfig;
 use hccl::comm::communicator::create_root_info;
+use hccl::comm::compressed::check_call;
 use hccl::comm::config::{CommConfig, Overrides};
 use hccl::comm::queue::Then;
 use hccl::comm::root_info::{RootInfo, ROOT_INFO_BYTES};
@@ -453,6 +455,28 @@ impl Comm {
         Ok(false)
     }
 
+    /// This rank's counters since the communicator was created (or ``reset_stats()``):
+    /// ``ops``, ``compressed_ops``, ``failed_ops``, ``level0_bytes_sent``/``_recv`` (links
+    /// inside a host), ``level1_bytes_sent``/``_recv`` (links across hosts), ``time_s``.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.core.comm.stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("ops", s.ops)?;
+        d.set_item("compressed_ops", s.compressed_ops)?;
+        d.set_item("failed_ops", s.failed_ops)?;
+        d.set_item("level0_bytes_sent", s.traffic.sent[0])?;
+        d.set_item("level0_bytes_recv", s.traffic.recv[0])?;
+        d.set_item("level1_bytes_sent", s.traffic.sent[1])?;
+        d.set_item("level1_bytes_recv", s.traffic.recv[1])?;
+        d.set_item("time_s", s.busy_ns as f64 * 1e-9)?;
+        Ok(d)
+    }
+
+    /// Sets this rank's counters back to zero.
+    fn reset_stats(&self) {
+        self.core.comm.reset_stats();
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<hccl.Communicator {} rank {} of {}>",
@@ -464,7 +488,14 @@ impl Comm {
 
     /// Reduces ``buf`` over all ranks with ``op``; the result replaces ``buf`` (or goes to
     /// ``out``) on every rank.
-    #[pyo3(signature = (buf, op=0, *, out=None, async_op=false, dtype=None))]
+    ///
+    /// ``compression="fp16"|"bf16"|"int8[:BLOCK]"|"topk[:RATIO]"`` (SUM on float32, float16 or
+    /// bfloat16) compresses what crosses hosts (between all ranks when the communicator has
+    /// one host, or with ``compress_level0=True``): results are approximate and identical on
+    /// every rank. ``residual`` (float32, as many elements as ``buf``, zeros at first, passed
+    /// again on every call) turns on error feedback.
+    #[pyo3(signature = (buf, op=0, *, out=None, async_op=false, dtype=None, compression=None, residual=None, compress_level0=false))]
+    #[allow(clippy::too_many_arguments)]
     pub fn allreduce(
         &self,
         py: Python<'_>,
@@ -473,6 +504,9 @@ impl Comm {
         out: Option<&Bound<'_, PyAny>>,
         async_op: bool,
         dtype: Option<&Bound<'_, PyAny>>,
+        compression: Option<&str>,
+        residual: Option<&Bound<'_, PyAny>>,
+        compress_level0: bool,
     ) -> Ret {
         let (rop, avg) = reduce_op(op)?;
         let given = parse_dtype(dtype)?;
@@ -493,6 +527,54 @@ impl Comm {
         } else {
             None
         };
+        let compress = match compression.filter(|c| !c.eq_ignore_ascii_case("none")) {
+            None if residual.is_some() => {
+                return Err(PyValueError::new_err(
+                    "argument 'residual' needs compression=",
+                ))
+            }
+            None => None,
+            Some(text) => {
+                let method = Method::parse(text).map_err(|e| {
+                    PyValueError::new_err(format!("argument 'compression': {}", e.msg))
+                })?;
+                let res = match residual {
+                    None => None,
+                    Some(r) => {
+                        let v = view(r, "residual", true)?;
+                        if v.dtype.is_some_and(|d| d != DataType::Fp32) {
+                            return Err(PyTypeError::new_err(
+                                "argument 'residual' must hold float32 elements",
+                            ));
+                        }
+                        let at = (v.ptr, (v.bytes / 4) as u64);
+                        need_bytes(&v, count * 4, "residual", "one float32 per element")?;
+                        views.push(v);
+                        Some(at)
+                    }
+                };
+                let spec = Spec {
+                    method,
+                    level0: compress_level0,
+                };
+                let bytes = count * dt.size();
+                let c = check_call(
+                    dt,
+                    rop,
+                    count,
+                    [(views[0].ptr, bytes), (recv, bytes)],
+                    spec,
+                    res,
+                )
+                .map_err(|e| PyValueError::new_err(format!("compressed allreduce: {}", e.msg)))?;
+                Some(Box::new(c))
+            }
+        };
+        if compress.is_some() && avg {
+            return Err(PyValueError::new_err(
+                "compression= works with op=hccl.SUM only",
+            ));
+        }
         let args = OpArgs {
             name: "AllReduce",
             coll: Coll::AllReduce { count },
@@ -501,6 +583,7 @@ impl Comm {
             send: views[0].ptr,
             recv,
             ext: Vec::new(),
+            compress,
         };
         self.launch(py, args, views, then, async_op)
     }
@@ -528,6 +611,7 @@ impl Comm {
             send: v.ptr,
             recv: v.ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, vec![v], None, async_op)
     }
@@ -582,6 +666,7 @@ impl Comm {
             send: views[0].ptr,
             recv,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, views, then, async_op)
     }
@@ -616,6 +701,7 @@ impl Comm {
             send: src.ptr,
             recv: d.ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, vec![src, d], None, async_op)
     }
@@ -659,6 +745,7 @@ impl Comm {
             send: src.ptr,
             recv: d.ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, vec![src, d], then, async_op)
     }
@@ -703,6 +790,7 @@ impl Comm {
             send: src.ptr,
             recv: d.ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, vec![src, d], None, async_op)
     }
@@ -802,6 +890,7 @@ impl Comm {
             send: src.ptr,
             recv: d.ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, vec![src, d], None, async_op)
     }
@@ -847,6 +936,7 @@ impl Comm {
             send,
             recv: views[0].ptr,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, views, None, async_op)
     }
@@ -914,6 +1004,7 @@ impl Comm {
             send: 0,
             recv: 0,
             ext,
+            compress: None,
         };
         self.launch(py, args, views, None, async_op)
     }
@@ -965,6 +1056,7 @@ impl Comm {
             send: 0,
             recv: 0,
             ext: Vec::new(),
+            compress: None,
         };
         self.launch(py, args, Vec::new(), None, async_op)
     }

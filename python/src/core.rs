@@ -106,6 +106,7 @@ impl Core {
             send: 0,
             recv: 0,
             ext: b.ext,
+            compress: None,
         };
         let req = self.submit_issued(dispatch::issue(Arc::clone(&self.comm), args), None)?;
         let _ = b.cell.set(req);

@@ -48,7 +48,8 @@ type Ret = PyResult<Option<Py<Request>>>;
 
 /// ``allreduce`` on the default communicator (see :meth:`Communicator.allreduce`).
 #[pyfunction]
-#[pyo3(signature = (buf, op=0, *, out=None, async_op=false, dtype=None))]
+#[pyo3(signature = (buf, op=0, *, out=None, async_op=false, dtype=None, compression=None, residual=None, compress_level0=false))]
+#[allow(clippy::too_many_arguments)]
 fn allreduce(
     py: Python<'_>,
     buf: &Bound<'_, PyAny>,
@@ -56,10 +57,21 @@ fn allreduce(
     out: Option<&Bound<'_, PyAny>>,
     async_op: bool,
     dtype: Option<&Bound<'_, PyAny>>,
+    compression: Option<&str>,
+    residual: Option<&Bound<'_, PyAny>>,
+    compress_level0: bool,
 ) -> Ret {
-    default(py)?
-        .get()
-        .allreduce(py, buf, op, out, async_op, dtype)
+    default(py)?.get().allreduce(
+        py,
+        buf,
+        op,
+        out,
+        async_op,
+        dtype,
+        compression,
+        residual,
+        compress_level0,
+    )
 }
 
 /// ``broadcast`` on the default communicator (see :meth:`Communicator.broadcast`).

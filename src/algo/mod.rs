@@ -12,6 +12,7 @@
 pub mod barrier;
 pub mod bruck;
 pub mod chain;
+pub mod compressed;
 pub mod cost;
 pub mod direct;
 pub mod fabric;

@@ -45,20 +45,6 @@ pub enum SocketFamily {
     V6,
 }
 
-/// `HCCL_COMPRESSION`: on-the-wire compression of collective payloads (our extension).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Compression {
-    /// `none`: payloads travel as-is (default).
-    #[default]
-    None,
-    /// `fp16`: floating-point payloads are narrowed to half precision.
-    Fp16,
-    /// `int8`: payloads are quantised to 8-bit integers.
-    Int8,
-    /// `sparse`: only non-zero elements are sent.
-    Sparse,
-}
-
 /// `HCCL_SOCKET_IFNAME`: which network interfaces may be used.
 ///
 /// Syntax (as in the vendor and NCCL docs): a comma-separated list of names, optionally
@@ -212,9 +198,10 @@ pub struct EnvConfig {
     /// `HCCL_MAX_CHANNEL_NUM` (our extension): parallel channels per peer, 1..=64;
     /// `None` = algorithm default.
     pub max_channels: Option<u32>,
-    /// `HCCL_COMPRESSION` (our extension): `none`/`fp16`/`int8`/`sparse`, case-insensitive;
-    /// default `None`.
-    pub compression: Compression,
+    /// `HCCL_COMPRESSION` (our extension): `fp16`, `bf16`, `int8[:BLOCK]` or `topk[:RATIO]`
+    /// (case-insensitive), or `none`/unset (`None`, the default): compress the cross-host part
+    /// of SUM AllReduces on fp32/fp16/bf16 (see [`crate::base::compress`]).
+    pub compression: Option<crate::base::compress::Method>,
     /// `HCCL_RETRY_COUNT` (our extension): how many times a failed operation is retried,
     /// 0..=4294967295, default 0.
     pub retry_count: u32,
@@ -566,20 +553,14 @@ impl<F: Fn(&str) -> Option<String>> Reader<F> {
         Ok(h.or(a).unwrap_or(log::LevelFilter::Error))
     }
 
-    fn compression(&self) -> Result<Compression> {
+    fn compression(&self) -> Result<Option<crate::base::compress::Method>> {
         let var = "HCCL_COMPRESSION";
         match self.raw(var) {
-            None => Ok(Compression::None),
-            Some(v) => match v.to_ascii_lowercase().as_str() {
-                "none" => Ok(Compression::None),
-                "fp16" => Ok(Compression::Fp16),
-                "int8" => Ok(Compression::Int8),
-                "sparse" => Ok(Compression::Sparse),
-                _ => Err(crate::err!(
-                    Para,
-                    "{var}={v:?}: expected none, fp16, int8 or sparse (case-insensitive)"
-                )),
-            },
+            None => Ok(None),
+            Some(v) if v.trim().eq_ignore_ascii_case("none") => Ok(None),
+            Some(v) => crate::base::compress::Method::parse(&v)
+                .map(Some)
+                .map_err(|e| crate::err!(Para, "{var}={}", e.msg)),
         }
     }
 
@@ -843,7 +824,7 @@ mod tests {
         assert_eq!(c.log_level, LevelFilter::Error);
         assert_eq!(c.sockets_per_peer, None);
         assert_eq!(c.max_channels, None);
-        assert_eq!(c.compression, Compression::None);
+        assert_eq!(c.compression, None);
         assert_eq!(c.retry_count, 0);
         assert_eq!(c.rdma, RdmaEnv::default());
         assert!(c.peer_nics.is_empty());
@@ -1241,13 +1222,22 @@ mod tests {
 
     #[test]
     fn compression() {
+        use crate::base::compress::Method;
         let v = "HCCL_COMPRESSION";
-        assert_eq!(ok(&[(v, "None")]).compression, Compression::None);
-        assert_eq!(ok(&[(v, "FP16")]).compression, Compression::Fp16);
-        assert_eq!(ok(&[(v, "int8")]).compression, Compression::Int8);
-        assert_eq!(ok(&[(v, "Sparse")]).compression, Compression::Sparse);
-        bad(v, "bf16");
+        assert_eq!(ok(&[(v, "None")]).compression, None);
+        assert_eq!(ok(&[(v, "FP16")]).compression, Some(Method::Fp16));
+        assert_eq!(ok(&[(v, "bf16")]).compression, Some(Method::Bf16));
+        assert_eq!(
+            ok(&[(v, "int8")]).compression,
+            Some(Method::Int8 { block: 256 })
+        );
+        assert_eq!(
+            ok(&[(v, "topk:0.01")]).compression,
+            Some(Method::TopK { ratio: 0.01 })
+        );
+        bad(v, "sparse");
         bad(v, "zstd");
+        bad(v, "topk:2");
     }
 
     #[test]

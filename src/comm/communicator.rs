@@ -11,10 +11,12 @@ use parking_lot::Mutex;
 
 use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
 use super::calibrate;
+use super::compressed::{self, Compressed};
 use super::config::CommConfig;
 use super::rank_table::RankTable;
 use super::root_info::RootInfo;
 use super::segment;
+use super::stats::{CommStats, Traffic};
 use crate::algo::cost::CostModel;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
@@ -52,6 +54,9 @@ pub struct OpArgs {
     pub recv: usize,
     /// Extra buffers (point-to-point items).
     pub ext: Vec<usize>,
+    /// Compression of an AllReduce (`HcclExtAllReduceCompressed`); `None` runs it exact,
+    /// unless `HCCL_COMPRESSION` applies.
+    pub compress: Option<Box<Compressed>>,
 }
 
 /// One schedule of a plan, where its buffers start (in bytes from the operation's buffers),
@@ -73,6 +78,8 @@ struct PlanData {
     inbound: Vec<Inbound>,
     /// What the tags of every call of this shape share (see [`identity::template`]).
     template: OpTag,
+    /// What the parts move, for the counters.
+    traffic: Traffic,
 }
 
 type Plan = Arc<PlanData>;
@@ -93,6 +100,8 @@ struct Inner {
     p2p: P2pCounters,
     /// The previous call's shape, plan and tag.
     last: Option<Last>,
+    /// Buffers of compressed AllReduce, kept between calls.
+    compress_work: compressed::Workspace,
 }
 
 /// The previous call of a communicator: a call of the same shape reuses its plan (and its tag,
@@ -130,6 +139,7 @@ pub struct Communicator {
     async_err: Mutex<Option<Error>>,
     /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
     trace: Option<Tracer>,
+    stats: Mutex<CommStats>,
 }
 
 /// Marks a communicator in use for the lifetime of the guard.
@@ -585,6 +595,17 @@ impl Communicator {
             count(Reach::Network)
         );
         let topo = algo_topology(&name, rank, &table, &cfg);
+        if let (Some(m), 0) = (cfg.env.compression, rank) {
+            log::warn!(
+                "comm {name}: HCCL_COMPRESSION={m}: the cross-host part of SUM AllReduces on \
+                 fp32/fp16/bf16 is compressed, so their results are no longer exact{}",
+                if topo.hosts().len() > 1 {
+                    ""
+                } else {
+                    " (not on this communicator: its ranks share one host)"
+                }
+            );
+        }
         let model = with_overrides(
             CostModel::for_ctx(&Ctx {
                 me: rank,
@@ -623,9 +644,11 @@ impl Communicator {
                 seq: 0,
                 p2p: P2pCounters::new(n),
                 last: None,
+                compress_work: compressed::Workspace::default(),
             }),
             state: Mutex::new(State::default()),
             async_err: Mutex::new(None),
+            stats: Mutex::new(CommStats::default()),
         })
     }
 
@@ -706,17 +729,154 @@ impl Communicator {
         }
     }
 
-    /// Runs one collective to completion.
+    /// Runs one collective to completion, counting it in the communicator's statistics.
     ///
-    /// Its messages carry its identity (kind, counts, type, operator, root and its place in
-    /// this communicator's sequence), so a peer that called something else makes it fail on
-    /// every rank instead of exchanging wrong data (see [`identity`]). Such a failure, like any
-    /// that leaves messages half exchanged, breaks the communicator: every later call fails
-    /// with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
+    /// Its messages carry its identity (kind, counts, type, operator, root, compression and its
+    /// place in this communicator's sequence), so a peer that called something else makes it
+    /// fail on every rank instead of exchanging wrong data (see [`identity`]). Such a failure,
+    /// like any that leaves messages half exchanged, breaks the communicator: every later call
+    /// fails with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
     /// destroyed.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
+        let t0 = Instant::now();
+        let comp = self.compression_of(args);
+        let r = match &comp {
+            Some(c) => self.run_compressed(&mut inner, args, c),
+            None => self.run_plan(&mut inner, args),
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        let (ok, traffic) = match &r {
+            Ok(t) => (true, *t),
+            Err(_) => (false, Traffic::default()),
+        };
+        self.stats.lock().record(ok, comp.is_some(), traffic, ns);
+        r.map(|_| ())
+    }
+
+    /// The counters of this rank.
+    pub fn stats(&self) -> CommStats {
+        *self.stats.lock()
+    }
+
+    /// Starts the counters of this rank over from zero.
+    pub fn reset_stats(&self) {
+        *self.stats.lock() = CommStats::default();
+    }
+
+    /// The compression an operation runs with: its own, or `HCCL_COMPRESSION`'s for a SUM
+    /// AllReduce on a floating type across hosts.
+    fn compression_of(&self, args: &OpArgs) -> Option<Compressed> {
+        if let Some(c) = &args.compress {
+            return Some(**c);
+        }
+        let method = self.cfg.env.compression?;
+        let applies = matches!(args.coll, Coll::AllReduce { .. })
+            && args.op == Some(ReduceOp::Sum)
+            && compressed::dtype_ok(args.dtype)
+            && self.topo.hosts().len() > 1;
+        applies.then_some(Compressed {
+            spec: crate::base::compress::Spec {
+                method,
+                level0: false,
+            },
+            residual: None,
+        })
+    }
+
+    /// Fails when an earlier failure broke the links; otherwise numbers the operation that is
+    /// about to reach the wire (point-to-point calls are numbered per pair instead).
+    ///
+    /// Only operations that reach the wire take a number, so a call refused before this point
+    /// leaves every rank's sequence alike.
+    fn next_seq(&self, inner: &mut Inner, args: &OpArgs) -> Result<u32> {
+        if let Some(e) = inner.ep.broken() {
+            return Err(Error::new(
+                ErrorKind::Unavail,
+                format!(
+                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
+                    self.name, self.rank, args.name, e.msg
+                ),
+            ));
+        }
+        if matches!(args.coll, Coll::P2p { .. }) {
+            return Ok(0);
+        }
+        inner.seq = inner.seq.wrapping_add(1);
+        Ok(inner.seq)
+    }
+
+    /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
+    fn run_compressed(&self, inner: &mut Inner, args: &OpArgs, c: &Compressed) -> Result<Traffic> {
+        let Coll::AllReduce { count } = args.coll else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("{}: compression is for AllReduce only", args.name),
+            ));
+        };
+        let context = |e: Error| {
+            e.context(format!(
+                "comm {} rank {} {} (compressed {})",
+                self.name, self.rank, args.name, c.spec
+            ))
+        };
+        let plan = compressed::prepare(
+            &self.topo,
+            self.rank,
+            count,
+            args.dtype,
+            &c.spec,
+            self.cfg.buffer_bytes,
+        );
+        let seq = self.next_seq(inner, args)?;
+        let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
+        let inbound = compressed::inbound(&plan, self.rank);
+        let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
+        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let start = Instant::now();
+        let mut steps = self.trace.as_ref().map(|_| Vec::new());
+        // SAFETY: the ffi layer validated the buffers and the residual against `count`.
+        let r = unsafe {
+            compressed::run(
+                &mut inner.ep,
+                &mut inner.compress_work,
+                &plan,
+                &self.topo,
+                args.dtype,
+                args.send,
+                args.recv,
+                c,
+                dl,
+                &mut tags,
+                steps.as_mut(),
+            )
+        }
+        .map_err(|e| {
+            let e = context(e);
+            if inner.ep.broken().is_some() {
+                self.record_async_error(&e);
+            }
+            e
+        });
+        if let (Some(t), Some(steps)) = (&self.trace, &steps) {
+            t.record(&OpTrace {
+                op: args.name,
+                dtype: args.dtype.name(),
+                count: count as u64,
+                reduce: Some(ReduceOp::Sum.name()),
+                algorithms: &[algo::compressed::ALGO],
+                start,
+                end: Instant::now(),
+                error: r.as_ref().err().map(|e| e.msg.as_str()),
+                steps,
+            });
+        }
+        r
+    }
+
+    /// Runs `args` through its (cached) plan of schedules.
+    fn run_plan(&self, inner: &mut Inner, args: &OpArgs) -> Result<Traffic> {
         let elem = args.dtype.size();
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.
@@ -735,7 +895,7 @@ impl Communicator {
                 let plan = match inner.plans.get(&key) {
                     Some(p) => p.clone(),
                     None => {
-                        let plan = self.make_plan(&mut inner, args, &self.ctx(elem))?;
+                        let plan = self.make_plan(inner, args, &self.ctx(elem))?;
                         if inner.plans.len() >= MAX_PLANS {
                             inner.plans.clear();
                         }
@@ -746,23 +906,7 @@ impl Communicator {
                 (plan, None)
             }
         };
-        if let Some(e) = inner.ep.broken() {
-            return Err(Error::new(
-                ErrorKind::Unavail,
-                format!(
-                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
-                    self.name, self.rank, args.name, e.msg
-                ),
-            ));
-        }
-        // Only operations that reach the wire take a number, so a call refused before this
-        // point leaves every rank's sequence alike.
-        let seq = if matches!(args.coll, Coll::P2p { .. }) {
-            0
-        } else {
-            inner.seq = inner.seq.wrapping_add(1);
-            inner.seq
-        };
+        let seq = self.next_seq(inner, args)?;
         let words = plan
             .parts
             .iter()
@@ -776,7 +920,6 @@ impl Communicator {
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
         let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
-        let inner = &mut *inner;
         let call = match last_tag {
             Some(t) => t.with_seq(seq),
             None => {
@@ -801,7 +944,9 @@ impl Communicator {
             &mut inner.p2p,
         );
         if let Some(t) = &self.trace {
-            return self.execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t);
+            return self
+                .execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
+                .map(|()| plan.traffic);
         }
         for part in plan.parts.iter() {
             let bufs = Buffers {
@@ -836,7 +981,7 @@ impl Communicator {
                 e
             })?;
         }
-        Ok(())
+        Ok(plan.traffic)
     }
 
     /// [`execute`](Self::execute)'s run of `plan` with every step timed, and the operation
@@ -940,10 +1085,15 @@ impl Communicator {
             done.push((part.sched.clone(), part.notices.clone()));
         }
         let inbound = identity::inbound(self.rank, done.iter().map(|(s, n)| (&**s, &n[..])));
+        let traffic = parts
+            .iter()
+            .map(|p| Traffic::of(&p.sched, self.rank, &self.topo))
+            .fold(Traffic::default(), Traffic::plus);
         Ok(Arc::new(PlanData {
             parts,
             inbound,
             template: identity::template(&args.coll),
+            traffic,
         }))
     }
 

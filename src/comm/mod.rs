@@ -6,6 +6,7 @@
 pub mod bootstrap;
 pub mod calibrate;
 pub mod communicator;
+pub mod compressed;
 pub mod config;
 pub mod dispatch;
 pub mod group;
@@ -16,6 +17,7 @@ pub mod registry;
 pub mod root_info;
 pub mod segment;
 pub mod slurm;
+pub mod stats;
 pub mod world;
 
 pub use communicator::{Communicator, OpArgs};

@@ -268,6 +268,7 @@ mod tests {
             send: buf.as_ptr() as usize,
             recv: buf.as_mut_ptr() as usize,
             ext: Vec::new(),
+            compress: None,
         }
     }
 

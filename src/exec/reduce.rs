@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 /// Exact for every finite value (subnormals included) and infinities; a NaN stays a NaN with its
 /// payload kept and the quiet bit set (the same result as the x86 `vcvtph2ps` instruction).
 #[inline(always)]
-fn f16_to_f32(h: u16) -> f32 {
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
     let h = u32::from(h);
     let sign = (h & 0x8000) << 16;
     // Exponent and mantissa moved to their f32 positions; the exponent is still biased by 15.
@@ -67,7 +67,7 @@ fn f16_to_f32(h: u16) -> f32 {
 /// normal range become subnormals or signed zero. A NaN stays a NaN: quiet bit set, the top 9
 /// payload bits kept (the same result as the x86 `vcvtps2ph` instruction).
 #[inline(always)]
-fn f32_to_f16(f: f32) -> u16 {
+pub(crate) fn f32_to_f16(f: f32) -> u16 {
     let x = f.to_bits();
     let sign = (x >> 16) & 0x8000;
     let a = x & 0x7fff_ffff;
@@ -101,7 +101,7 @@ fn f32_to_f16(f: f32) -> u16 {
 /// check conversions against.
 #[cfg(test)]
 #[inline(always)]
-fn bf16_to_f32(h: u16) -> f32 {
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
     let x = u32::from(h) << 16;
     let is_nan = u32::from(x & 0x7fff_ffff > 0x7f80_0000);
     f32::from_bits(x | (is_nan << 22))
@@ -111,7 +111,7 @@ fn bf16_to_f32(h: u16) -> f32 {
 /// infinity, subnormals round like any other value). A NaN stays a NaN: quiet bit set, the top
 /// payload bits kept.
 #[inline(always)]
-fn f32_to_bf16(f: f32) -> u16 {
+pub(crate) fn f32_to_bf16(f: f32) -> u16 {
     let x = f.to_bits();
     // RNE on the 16 dropped bits; the carry can reach the exponent (and make infinity) but never
     // the sign, because NaNs take the other branch.

@@ -51,6 +51,7 @@ pub unsafe extern "C" fn HcclAllReduce(
             send: v::buffer(sendBuf, n, "sendBuf")?,
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -81,6 +82,7 @@ pub unsafe extern "C" fn HcclBroadcast(
             send: b,
             recv: b,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -115,6 +117,7 @@ pub unsafe extern "C" fn HcclReduce(
             send: v::buffer(sendBuf, n, "sendBuf")?,
             recv: v::buffer(recvBuf, recv_bytes, "recvBuf")?,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -144,6 +147,7 @@ pub unsafe extern "C" fn HcclAllGather(
             send: v::buffer(sendBuf, n, "sendBuf")?,
             recv: v::buffer(recvBuf, total, "recvBuf")?,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -192,6 +196,7 @@ pub unsafe extern "C" fn HcclAllGatherV(
             dtype: dt,
             op: None,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -223,6 +228,7 @@ pub unsafe extern "C" fn HcclReduceScatter(
             send: v::buffer(sendBuf, total, "sendBuf")?,
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -258,6 +264,7 @@ pub unsafe extern "C" fn HcclReduceScatterV(
             dtype: dt,
             op: Some(op),
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -291,6 +298,7 @@ pub unsafe extern "C" fn HcclScatter(
             send: v::buffer(sendBuf, send_bytes, "sendBuf")?,
             recv: v::buffer(recvBuf, n, "recvBuf")?,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -334,6 +342,7 @@ fn alltoall_args(
         dtype: dt,
         op: None,
         ext: Vec::new(),
+        compress: None,
     })
 }
 
@@ -481,6 +490,7 @@ fn p2p(
         send: 0,
         recv: 0,
         ext: vec![b],
+        compress: None,
     };
     dispatch(c, args, stream as usize)
 }
@@ -569,6 +579,7 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
             send: 0,
             recv: 0,
             ext,
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })
@@ -586,6 +597,7 @@ pub unsafe extern "C" fn HcclBarrier(comm: HcclComm, stream: aclrtStream) -> Hcc
             send: 0,
             recv: 0,
             ext: Vec::new(),
+            compress: None,
         };
         dispatch(c, args, stream as usize)
     })

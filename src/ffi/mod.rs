@@ -6,5 +6,6 @@ pub mod boundary;
 pub mod coll_api;
 pub mod comm_api;
 pub mod config_read;
+pub mod ext_api;
 pub mod types;
 pub mod validate;

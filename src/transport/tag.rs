@@ -14,6 +14,7 @@
 
 use std::fmt::Write as _;
 
+use crate::base::compress::Spec;
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 
@@ -54,10 +55,13 @@ pub enum OpKind {
     P2p = 11,
     /// `HcclBarrier`.
     Barrier = 12,
+    /// `HcclExtAllReduceCompressed`, or an AllReduce that `HCCL_COMPRESSION` compresses:
+    /// `root` and `aux` carry the compression (see [`Spec::to_wire`]).
+    CompressedAllReduce = 13,
 }
 
 impl OpKind {
-    const ALL: [OpKind; 12] = [
+    const ALL: [OpKind; 13] = [
         OpKind::Calibrate,
         OpKind::AllReduce,
         OpKind::Broadcast,
@@ -70,6 +74,7 @@ impl OpKind {
         OpKind::AlltoAll,
         OpKind::P2p,
         OpKind::Barrier,
+        OpKind::CompressedAllReduce,
     ];
 
     fn from_raw(v: u8) -> Option<OpKind> {
@@ -91,6 +96,7 @@ impl OpKind {
             OpKind::AlltoAll => "AlltoAll",
             OpKind::P2p => "Send/Recv",
             OpKind::Barrier => "Barrier",
+            OpKind::CompressedAllReduce => "compressed AllReduce",
         }
     }
 
@@ -244,6 +250,12 @@ impl OpTag {
             OpKind::AlltoAll => {
                 format!("sending {} elements and expecting {}", self.count, self.aux)
             }
+            OpKind::CompressedAllReduce => format!(
+                "count={} {}",
+                self.count,
+                Spec::from_wire(self.root, self.aux)
+                    .map_or_else(|| "(unknown compression)".to_string(), |s| s.to_string())
+            ),
             _ => format!("count={}", self.count),
         }
     }
@@ -254,7 +266,8 @@ impl OpTag {
             return format!("called {} ({})", self.describe(), self.position());
         }
         let mut d: Vec<String> = Vec::new();
-        if self.count != got.count || self.aux != got.aux {
+        let method = self.kind == OpKind::CompressedAllReduce && self.root != got.root;
+        if self.count != got.count || self.aux != got.aux || method {
             d.push(self.count_text());
         }
         if self.dtype != got.dtype {
@@ -266,7 +279,7 @@ impl OpTag {
         if self.op != got.op {
             d.push(self.op.map_or("no reduction".into(), |o| o.name().into()));
         }
-        if self.root != got.root {
+        if self.kind.rooted() && self.root != got.root {
             d.push(format!("root={}", self.root));
         }
         if d.is_empty() && self.flags != got.flags {

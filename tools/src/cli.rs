@@ -89,6 +89,9 @@ pub struct Config {
     pub csv: Option<PathBuf>,
     /// Also write the table as JSON to this file (`--json`).
     pub json: Option<PathBuf>,
+    /// Compress all-reduce with this method (`--compress`): results are approximate, so the
+    /// check compares ranks with each other and an error column is added.
+    pub compress: Option<hccl::base::compress::Method>,
 }
 
 /// Defaults a binary starts from before its flags are applied.
@@ -223,6 +226,11 @@ pub struct TesterArgs {
     /// Also write the table as JSON
     #[arg(long = "json", value_name = "FILE", help_heading = "Output")]
     pub json: Option<PathBuf>,
+    /// All-reduce only: fp16, bf16, int8 (or int8:BLOCK), topk (or topk:RATIO) or none (across
+    /// hosts; between all ranks on one host); the check compares the ranks' bytes, and a
+    /// rel_l2_error column gives the relative L2 error against the exact sum
+    #[arg(long = "compress", value_name = "METHOD", help_heading = "Measurement")]
+    pub compress: Option<String>,
 }
 
 /// Parses a byte size: decimal digits with an optional K, M or G (binary) suffix; a size that
@@ -350,6 +358,7 @@ where
         threads: a.threads,
         csv: a.csv,
         json: a.json,
+        compress: None,
     };
     // A single bound given alone moves the other default out of its way.
     let (min_set, max_set) = (explicit(&m, "min_bytes"), explicit(&m, "max_bytes"));
@@ -360,6 +369,18 @@ where
         cfg.min_bytes = cfg.max_bytes;
     }
     let invalid = |cmd: &mut clap::Command, msg: String| cmd.error(ErrorKind::ValueValidation, msg);
+    match a.compress.as_deref() {
+        None => {}
+        Some(v) if v.trim().eq_ignore_ascii_case("none") => {}
+        Some(v) => {
+            cfg.compress = Some(hccl::base::compress::Method::parse(v).map_err(|e| {
+                invalid(
+                    &mut cmd,
+                    format!("invalid method for --compress: {}", e.msg),
+                )
+            })?)
+        }
+    }
     if cfg.max_bytes < cfg.min_bytes {
         return Err(invalid(
             &mut cmd,

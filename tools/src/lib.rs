@@ -22,6 +22,7 @@
 pub mod barrier_order;
 pub mod check;
 pub mod cli;
+pub mod compress;
 pub mod diag;
 pub mod dtype;
 pub mod launcher;
@@ -116,6 +117,11 @@ pub fn run(op: Op, defaults: &Defaults) -> ExitCode {
             }
         }
     };
+    if let Err(e) = compress::check_args(op, &cfg) {
+        cli::command(&bin, defaults)
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit();
+    }
     let ranks = world.as_ref().map_or(cfg.threads.unwrap_or(1), |w| w.size);
     if op.rooted() && cfg.root >= ranks {
         cli::command(&bin, defaults)
@@ -174,6 +180,7 @@ impl Plan {
             iters: cfg.iters,
             warmup: cfg.warmup,
             launch,
+            compress: cfg.compress.map(|m| m.to_string()),
         };
         Plan {
             op,
@@ -185,7 +192,9 @@ impl Plan {
             },
             ranks,
             oracle: Oracle::new(cfg.dtype, pattern, red, ranks),
-            checked: cfg.check && check::checkable(pattern, cfg.dtype, ranks),
+            checked: cfg.check
+                && cfg.compress.is_none()
+                && check::checkable(pattern, cfg.dtype, ranks),
             fault: std::env::var(FAULT_ENV).is_ok_and(|v| v == "corrupt"),
             cfg,
             info,
@@ -207,7 +216,9 @@ impl Plan {
             s += &format!(", root {r}");
         }
         s += &format!(", iters {}, warmup {}", i.iters, i.warmup);
-        if !self.cfg.check {
+        if let Some(m) = self.cfg.compress {
+            s += &format!(", compressed {m} (check: same result on every rank)");
+        } else if !self.cfg.check {
             s += ", check off";
         } else if !self.checked {
             s += ", check NULL (expected values not exactly representable)";
@@ -228,7 +239,7 @@ pub(crate) fn hccl(what: &str, r: HcclResult) -> Result<(), String> {
     Err(format!("{what} failed: {r:?} ({})", text.to_string_lossy()))
 }
 
-fn max_over_ranks(x: f64, comm: HcclComm) -> Result<f64, String> {
+pub(crate) fn max_over_ranks(x: f64, comm: HcclComm) -> Result<f64, String> {
     let mut send = x;
     let mut out = 0f64;
     // SAFETY: one fp64 in each buffer, live communicator.
@@ -287,10 +298,16 @@ fn run_rank(
         if l.input_in_recv() {
             p.oracle.fill_input(rank, 0, &mut recv);
         }
+        let ext = cfg.compress.map(compress::config);
         let once = |send: &mut [u8], recv: &mut [u8]| {
-            // SAFETY: the buffers have the layout's lengths; `comm` is live.
-            let r = unsafe { l.call(send.as_mut_ptr(), recv.as_mut_ptr(), comm) };
-            hccl(name, r)
+            let (s, r) = (send.as_mut_ptr(), recv.as_mut_ptr());
+            let res = match &ext {
+                // SAFETY: all-reduce buffers of `l.count` elements; `comm` is live.
+                Some(c) => unsafe { compress::call(c, s, r, l.count, cfg.dtype, comm) },
+                // SAFETY: the buffers have the layout's lengths; `comm` is live.
+                None => unsafe { l.call(s, r, comm) },
+            };
+            hccl(name, res)
         };
         for _ in 0..cfg.warmup {
             once(&mut send, &mut recv)?;
@@ -303,9 +320,24 @@ fn run_rank(
         }
         let mine = t0.elapsed().as_secs_f64() / cfg.iters as f64;
         let slowest = max_over_ranks(mine, comm)?;
+        let mut error = None;
         let result = if p.checked && p.op == Op::Barrier {
             // SAFETY: `comm` is this rank's live communicator; every rank gets here.
             unsafe { barrier_order::check(rank, p.ranks, comm, p.fault && rank == fault_rank)? }
+        } else if let (Some(_), true) = (cfg.compress, cfg.check) {
+            p.oracle.fill_input(rank, 0, &mut send);
+            once(&mut send, &mut recv)?;
+            let e = compress::rel_l2_error(cfg.dtype, p.ranks, &recv);
+            error = Some(max_over_ranks(e, comm)?);
+            if compress::same_on_every_rank(&recv, comm)? {
+                CheckResult::Success
+            } else {
+                eprintln!(
+                    "rank {rank}: {name} data_size {}: ranks disagree",
+                    l.data_size
+                );
+                CheckResult::Failed
+            }
         } else if p.checked {
             let regions = l.regions();
             p.oracle.fill_input(rank, 0, &mut send);
@@ -335,13 +367,15 @@ fn run_rank(
         };
         all_ok &= result != CheckResult::Failed;
         if let Some(r) = rep.as_deref_mut() {
-            r.row(Row::new(
+            let mut row = Row::new(
                 l.data_size,
                 l.count,
                 slowest,
                 p.op.bus_factor(p.ranks),
                 result,
-            ));
+            );
+            row.error = error;
+            r.row(row);
         }
     }
     Ok(all_ok)

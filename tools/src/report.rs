@@ -44,6 +44,8 @@ pub struct Row {
     pub bus_bw: f64,
     /// Result check.
     pub check: CheckResult,
+    /// Relative L2 error of the result against the exact one (compressed runs).
+    pub error: Option<f64>,
 }
 
 impl Row {
@@ -61,6 +63,7 @@ impl Row {
             alg_bw,
             bus_bw: alg_bw * bus_factor,
             check,
+            error: None,
         }
     }
 }
@@ -77,16 +80,25 @@ pub fn header() -> String {
     )
 }
 
-/// One table line.
+/// One table line (with the error column when the row has one).
 pub fn format_row(r: &Row) -> String {
-    format!(
+    let mut s = format!(
         "{:>16} {:>14.2} {:>20.6} {:>20.6} {:>13}",
         r.data_size,
         r.time_us,
         r.alg_bw,
         r.bus_bw,
         r.check.as_str()
-    )
+    );
+    if let Some(e) = r.error {
+        let _ = write!(s, " {e:>12.3e}");
+    }
+    s
+}
+
+/// The header with the error column of compressed runs.
+pub fn header_with_error() -> String {
+    format!("{} {:>12}", header(), "rel_l2_error")
 }
 
 /// Description of the run, repeated in the CSV and JSON files.
@@ -110,6 +122,8 @@ pub struct RunInfo {
     pub warmup: u32,
     /// How the ranks were started.
     pub launch: String,
+    /// Compression method of a compressed all-reduce run.
+    pub compress: Option<String>,
 }
 
 /// Collects and prints the rows of rank 0.
@@ -132,6 +146,9 @@ struct JsonRun<'a> {
     iters: u32,
     warmup_iters: u32,
     launch: &'a str,
+    /// The compression method of a compressed run (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compress: Option<&'a str>,
     rows: Vec<JsonRow>,
 }
 
@@ -143,12 +160,22 @@ struct JsonRow {
     alg_bandwidth_gbps: f64,
     bus_bandwidth_gbps: f64,
     check_result: &'static str,
+    /// Relative L2 error against the exact sum (compressed runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rel_l2_error: Option<f64>,
 }
 
 impl Reporter {
     /// Prints the header; `total` sizes will follow.
     pub fn new(info: RunInfo, total: usize) -> Reporter {
-        println!("{}", header());
+        println!(
+            "{}",
+            if info.compress.is_some() {
+                header_with_error()
+            } else {
+                header()
+            }
+        );
         Reporter {
             info,
             rows: Vec::new(),
@@ -177,12 +204,18 @@ impl Reporter {
         let i = &self.info;
         let mut s = String::from(
             "op,dtype,reduce_op,root,ranks,data_size,count,aveg_time_us,\
-             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result\n",
+             alg_bandwidth_gbps,bus_bandwidth_gbps,check_result",
         );
+        // Compressed runs add two columns; other runs keep the table as it was.
+        s.push_str(if i.compress.is_some() {
+            ",compress,rel_l2_error\n"
+        } else {
+            "\n"
+        });
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{}",
+                "{},{},{},{},{},{},{},{:.3},{:.6},{:.6},{}{}",
                 i.op,
                 i.dtype,
                 i.reduce_op.unwrap_or(""),
@@ -193,7 +226,14 @@ impl Reporter {
                 r.time_us,
                 r.alg_bw,
                 r.bus_bw,
-                r.check.as_str()
+                r.check.as_str(),
+                match &i.compress {
+                    Some(m) => format!(
+                        ",{m},{}",
+                        r.error.map_or(String::new(), |e| format!("{e:e}"))
+                    ),
+                    None => String::new(),
+                }
             );
         }
         s
@@ -212,6 +252,7 @@ impl Reporter {
             iters: i.iters,
             warmup_iters: i.warmup,
             launch: &i.launch,
+            compress: i.compress.as_deref(),
             rows: self
                 .rows
                 .iter()
@@ -222,6 +263,7 @@ impl Reporter {
                     alg_bandwidth_gbps: r.alg_bw,
                     bus_bandwidth_gbps: r.bus_bw,
                     check_result: r.check.as_str(),
+                    rel_l2_error: r.error,
                 })
                 .collect(),
         };
@@ -263,6 +305,7 @@ mod tests {
             iters: 20,
             warmup: 5,
             launch: "hcclrun \"q\" \\ \n\u{1}".into(),
+            compress: None,
         };
         let mut rep = Reporter::new(info, 2);
         rep.row(Row::new(8, 2, 1.5e-6, 1.5, CheckResult::Success));
@@ -289,5 +332,30 @@ mod tests {
         rep.rows[1].bus_bw = f64::INFINITY;
         let doc: serde_json::Value = serde_json::from_str(&rep.json()).expect("valid JSON");
         assert!(doc["rows"][1]["bus_bandwidth_gbps"].is_null());
+        assert!(doc.get("compress").is_none());
+        assert!(doc["rows"][0].get("rel_l2_error").is_none());
+    }
+
+    #[test]
+    fn json_of_a_compressed_run_names_the_method_and_the_error() {
+        let info = RunInfo {
+            op: "all_reduce",
+            dtype: "fp32",
+            reduce_op: Some("sum"),
+            root: None,
+            ranks: 2,
+            ranks_per_node: None,
+            iters: 1,
+            warmup: 0,
+            launch: "threads".into(),
+            compress: Some("int8:256".into()),
+        };
+        let mut rep = Reporter::new(info, 1);
+        let mut row = Row::new(8, 2, 1e-6, 1.0, CheckResult::Success);
+        row.error = Some(0.25);
+        rep.row(row);
+        let doc: serde_json::Value = serde_json::from_str(&rep.json()).expect("valid JSON");
+        assert_eq!(doc["compress"], "int8:256");
+        assert_eq!(doc["rows"][0]["rel_l2_error"].as_f64(), Some(0.25));
     }
 }

@@ -1,0 +1,516 @@
+//! Runs a compressed AllReduce: the schedules of [`crate::algo::compressed`] over the
+//! communicator's endpoint, with the compression, error feedback and decoding between them.
+
+use std::time::Instant;
+
+use crate::algo::compressed::{self, Owned, Plan};
+use crate::algo::Topo;
+use crate::base::compress::Spec;
+use crate::base::dtype::{DataType, ReduceOp};
+use crate::base::error::{Error, ErrorKind, Result};
+use crate::exec::compress::{self as kernels, blob_len, Scratch};
+use crate::exec::executor::{self, Buffers};
+use crate::exec::identity::{self, Inbound, OpTags};
+use crate::exec::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::exec::trace::StepTrace;
+use crate::transport::tag::{OpKind, OpTag};
+use crate::transport::Endpoint;
+
+use super::stats::Traffic;
+
+/// The compression of one AllReduce call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Compressed {
+    /// Method and where it applies.
+    pub spec: Spec,
+    /// Address of the caller's error-feedback buffer: `count` f32 values (4-byte aligned, not
+    /// overlapping the operation's buffers), or `None` for no error feedback.
+    pub residual: Option<usize>,
+}
+
+/// Memory kept between calls.
+#[derive(Default)]
+pub struct Workspace {
+    blobs: Vec<u8>,
+    kernels: Kernels,
+}
+
+/// Data types a compressed AllReduce accepts.
+pub fn dtype_ok(dt: DataType) -> bool {
+    matches!(dt, DataType::Fp32 | DataType::Fp16 | DataType::Bf16)
+}
+
+/// The groups compression runs over: the hosts, or every rank alone when level0 is
+/// compressed too (or there is a single host).
+pub fn groups(topo: &Topo, spec: &Spec) -> Topo {
+    if spec.level0 || topo.hosts().len() == 1 {
+        Topo::from_labels(&(0..topo.n()).collect::<Vec<_>>())
+    } else {
+        topo.clone()
+    }
+}
+
+/// The tag of a compressed AllReduce of `count` elements of `dtype` with `spec`, the `seq`-th
+/// operation of its communicator: ranks that disagree on any of these (or call a plain
+/// AllReduce) refuse each other's messages.
+pub fn call_tag(count: usize, dtype: DataType, spec: &Spec, seq: u32) -> OpTag {
+    let (root, aux) = spec.to_wire();
+    OpTag {
+        seq,
+        dtype: Some(dtype),
+        op: Some(ReduceOp::Sum),
+        root,
+        aux,
+        count: count as u64,
+        ..OpTag::new(OpKind::CompressedAllReduce)
+    }
+}
+
+/// Elements of one pipeline piece at most: big enough that per-step costs vanish, small
+/// enough that a 64 MiB call has dozens of pieces to overlap.
+const PIECE_ELEMS: usize = 1 << 18;
+
+/// Rank `me`'s plan of a compressed AllReduce of `count` elements of `dtype`, its blob
+/// workspace within `budget` bytes (`HCCL_BUFFSIZE`) as far as pieces of 1024 elements allow.
+pub fn prepare(
+    topo: &Topo,
+    me: u32,
+    count: usize,
+    dtype: DataType,
+    spec: &Spec,
+    budget: usize,
+) -> Plan {
+    let m = spec.method;
+    let g = groups(topo, spec);
+    compressed::plan(
+        &g,
+        me,
+        count,
+        dtype.size(),
+        &|n| blob_len(m, n),
+        PIECE_ELEMS,
+        budget,
+    )
+}
+
+/// What rank `me` receives from each peer over all of `plan`'s steps (see
+/// [`identity::inbound`]).
+pub fn inbound(plan: &Plan, me: u32) -> Vec<Inbound> {
+    identity::inbound(me, plan.steps.iter().map(|s| (s, &[][..])))
+}
+
+/// Memory the compression and decoding of pieces use: the worker's own.
+#[derive(Default)]
+pub struct Kernels {
+    x: Vec<f32>,
+    acc: Vec<f32>,
+    scratch: Scratch,
+}
+
+/// Where the pieces' data live during one call (addresses, as the executor takes them).
+#[derive(Clone, Copy)]
+struct Data<'p> {
+    plan: &'p Plan,
+    method: crate::base::compress::Method,
+    dtype: DataType,
+    recv: usize,
+    blobs: usize,
+    residual: Option<usize>,
+}
+
+impl Data<'_> {
+    /// The caller's work of pipeline step `i`.
+    ///
+    /// # Safety
+    /// The output pieces, blob slots and residual ranges this step's work touches must be
+    /// touched by nothing else meanwhile (the plan keeps them apart from the transfers of step
+    /// `i`, see [`crate::algo::compressed`]).
+    unsafe fn work(&self, i: usize, k: &mut Kernels) -> Result<()> {
+        let w = self.plan.work[i];
+        if let Some(t) = w.compress {
+            // SAFETY: forwarded.
+            unsafe { self.compress(t, k) }?;
+        }
+        match w.decode {
+            // SAFETY: forwarded.
+            Some(t) => unsafe { self.decode(t, k) },
+            None => Ok(()),
+        }
+    }
+
+    /// Compresses this rank's parts of piece `t` (with error feedback) into its group's slot.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn compress(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        let Kernels { x, scratch, .. } = k;
+        for o in &self.plan.owned[t] {
+            // SAFETY: the piece lies inside `recv`, its level0 sum complete, and nothing else
+            // touches it until its gather step.
+            let x = match unsafe { f32_shard(self.dtype, self.recv, o) } {
+                Some(x) => x,
+                None => {
+                    // SAFETY: as above.
+                    unsafe { load(self.dtype, self.recv, o, x) };
+                    &mut x[..]
+                }
+            };
+            // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call;
+            // pieces are disjoint.
+            let res = self.residual.map(|r| unsafe {
+                std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
+            });
+            if let Some(res) = &res {
+                for (x, r) in x.iter_mut().zip(res.iter()) {
+                    *x += *r;
+                }
+            }
+            // SAFETY: this group's blob of the piece, inside the workspace; its slot is not
+            // in flight during this step.
+            let mine = unsafe {
+                std::slice::from_raw_parts_mut(
+                    (self.blobs + o.slot0 + self.plan.group * o.blob) as *mut u8,
+                    o.blob,
+                )
+            };
+            kernels::compress(self.method, x, mine, scratch);
+            if let Some(res) = res {
+                kernels::residual(self.method, mine, x)?;
+                res.copy_from_slice(x);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes every group's blob of this rank's parts of piece `t`, in group order, into the
+    /// output.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn decode(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        for o in &self.plan.owned[t] {
+            // fp32 output is the accumulator itself; other types go through `acc`.
+            // SAFETY: the piece lies inside `recv`, which nothing else touches meanwhile.
+            let direct = unsafe { f32_shard(self.dtype, self.recv, o) };
+            let is_direct = direct.is_some();
+            let acc = match direct {
+                Some(a) => a,
+                None => {
+                    k.acc.resize(o.len, 0.0);
+                    &mut k.acc[..o.len]
+                }
+            };
+            for gi in 0..self.plan.groups {
+                // SAFETY: group gi's blob of the piece, received in an earlier step.
+                let blob = unsafe {
+                    std::slice::from_raw_parts(
+                        (self.blobs + o.slot0 + gi * o.blob) as *const u8,
+                        o.blob,
+                    )
+                };
+                let r = if gi == 0 {
+                    kernels::decompress_set(self.method, blob, acc)
+                } else {
+                    kernels::decompress_add(self.method, blob, acc)
+                };
+                r.map_err(|e| e.context(format!("block of group {gi}, piece {t}")))?;
+            }
+            if !is_direct {
+                // SAFETY: the piece lies inside `recv`.
+                unsafe { store(self.dtype, &k.acc[..o.len], self.recv, o) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one compressed AllReduce planned by [`prepare`] from `send` to `recv`, its messages
+/// tagged with `tags` (see [`call_tag`]), appending a step trace to `log` when given; returns
+/// the traffic it moved.
+///
+/// The pipeline's transfers run on the calling thread; with more than one piece the
+/// compression and decoding run on a helper thread at the same time (see
+/// [`crate::algo::compressed`]), step by step in lock-step with the transfers.
+///
+/// Every result depends on every rank (as in a plain AllReduce), so no notices are needed: a
+/// rank completes only after data of every rank reached it through ranks that checked its tag.
+///
+/// # Safety
+/// `send` and `recv` must hold the planned count of elements of `dtype`, and `c.residual` as
+/// many f32 values, that nothing else touches during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run(
+    ep: &mut Endpoint,
+    ws: &mut Workspace,
+    plan: &Plan,
+    topo: &Topo,
+    dtype: DataType,
+    send: usize,
+    recv: usize,
+    c: &Compressed,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+    mut log: Option<&mut Vec<StepTrace>>,
+) -> Result<Traffic> {
+    let me = ep.rank();
+    ws.blobs.resize(plan.workspace, 0);
+    let data = Data {
+        plan,
+        method: c.spec.method,
+        dtype,
+        recv,
+        blobs: ws.blobs.as_mut_ptr() as usize,
+        residual: c.residual,
+    };
+    let red = executor::reduce_fn(dtype, ReduceOp::Sum);
+    let bufs = Buffers {
+        send,
+        recv,
+        scratch: 0,
+        ext: vec![data.blobs],
+    };
+    let mut transfer = |i: usize| {
+        // SAFETY: the step's spans lie inside `send`/`recv` (count elements) and the workspace
+        // just sized to `plan.workspace`; the concurrent work of this step touches none of them.
+        unsafe {
+            executor::run_traced(
+                ep,
+                &plan.steps[i],
+                &bufs,
+                Some(red),
+                deadline,
+                tags,
+                &[],
+                log.as_deref_mut(),
+            )
+        }
+    };
+    let kern = &mut ws.kernels;
+    let worked = if plan.owned.len() < 2 {
+        (0..plan.steps.len()).try_for_each(|i| {
+            transfer(i)?;
+            // SAFETY: step i's transfers are complete; nothing else runs.
+            unsafe { data.work(i, kern) }.map_err(Failure::Work)
+        })
+    } else {
+        pipelined(&data, kern, &mut transfer)
+    };
+    match worked {
+        Ok(()) => {}
+        Err(Failure::Transfer(e)) => return Err(e),
+        Err(Failure::Work(e)) => {
+            // Peers must not finish with data this rank could not produce: breaking the links
+            // makes every rank's call fail.
+            let e = e.context(format!("rank {me}"));
+            ep.abort(&e);
+            return Err(e);
+        }
+    }
+    Ok(plan
+        .steps
+        .iter()
+        .map(|s| Traffic::of(s, me, topo))
+        .fold(Traffic::default(), Traffic::plus))
+}
+
+/// Why a call stopped: its transfers failed (the executor aborted the links), or its own
+/// decoding did (the links are still up).
+enum Failure {
+    Transfer(Error),
+    Work(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Transfer(e)
+    }
+}
+
+/// Runs the steps with their work on a helper thread: step i's transfers here while the helper
+/// does step i's work, both finished before step i + 1.
+fn pipelined(
+    data: &Data,
+    kern: &mut Kernels,
+    transfer: &mut dyn FnMut(usize) -> Result<()>,
+) -> std::result::Result<(), Failure> {
+    use std::sync::mpsc;
+    std::thread::scope(|s| {
+        let (jobs, job_rx) = mpsc::channel::<usize>();
+        let (done_tx, done) = mpsc::channel::<Result<()>>();
+        let helper = std::thread::Builder::new()
+            .name("hccl-compress".into())
+            .spawn_scoped(s, move || {
+                for i in job_rx {
+                    // SAFETY: the plan keeps step i's work apart from step i's transfers, and
+                    // the caller waits for this job before it starts step i + 1.
+                    let r = unsafe { data.work(i, kern) };
+                    let stop = r.is_err();
+                    if done_tx.send(r).is_err() || stop {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| {
+                Failure::Work(Error::new(
+                    ErrorKind::Syscall,
+                    format!("cannot start the compression thread: {e}"),
+                ))
+            })?;
+        let lost = || {
+            Failure::Work(Error::new(
+                ErrorKind::Internal,
+                "the compression thread stopped unexpectedly",
+            ))
+        };
+        let mut out = Ok(());
+        for i in 0..data.plan.steps.len() {
+            if jobs.send(i).is_err() {
+                out = Err(lost());
+                break;
+            }
+            let moved = transfer(i);
+            // The helper's job must end before the buffers it uses can be reused or freed.
+            let worked = done.recv();
+            match (moved, worked) {
+                (Err(e), _) => {
+                    out = Err(Failure::Transfer(e));
+                    break;
+                }
+                (Ok(()), Ok(Ok(()))) => {}
+                (Ok(()), Ok(Err(e))) => {
+                    out = Err(Failure::Work(e));
+                    break;
+                }
+                (Ok(()), Err(_)) => {
+                    out = Err(lost());
+                    break;
+                }
+            }
+        }
+        drop(jobs);
+        if helper.join().is_err() && out.is_ok() {
+            out = Err(lost());
+        }
+        out
+    })
+}
+
+/// Shard `o` of `buf` as f32 values in place, when the data are fp32 and aligned.
+///
+/// # Safety
+/// The shard must lie inside `buf`, and nothing else may access it while the slice lives.
+unsafe fn f32_shard<'a>(dtype: DataType, buf: usize, o: &Owned) -> Option<&'a mut [f32]> {
+    let at = buf + o.first * 4;
+    if dtype != DataType::Fp32 || !at.is_multiple_of(std::mem::align_of::<f32>()) {
+        return None;
+    }
+    // SAFETY: the caller's contract; aligned and inside the buffer.
+    Some(unsafe { std::slice::from_raw_parts_mut(at as *mut f32, o.len) })
+}
+
+/// Widens shard `o` of `buf` into `x`.
+///
+/// # Safety
+/// The shard must lie inside `buf`.
+unsafe fn load(dtype: DataType, buf: usize, o: &Owned, x: &mut Vec<f32>) {
+    let es = dtype.size();
+    // SAFETY: the caller's contract.
+    let b = unsafe { std::slice::from_raw_parts((buf + o.first * es) as *const u8, o.len * es) };
+    x.clear();
+    match dtype {
+        DataType::Fp16 => x.extend(
+            b.chunks_exact(2)
+                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))),
+        ),
+        DataType::Bf16 => x.extend(
+            b.chunks_exact(2)
+                // Widening bf16 is exact: its bits are the top half of an f32's.
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16)),
+        ),
+        _ => x.extend(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+    }
+}
+
+/// Narrows `acc` into shard `o` of `buf` (rounding to nearest even).
+///
+/// # Safety
+/// The shard must lie inside `buf`.
+unsafe fn store(dtype: DataType, acc: &[f32], buf: usize, o: &Owned) {
+    let es = dtype.size();
+    // SAFETY: the caller's contract.
+    let b = unsafe { std::slice::from_raw_parts_mut((buf + o.first * es) as *mut u8, o.len * es) };
+    match dtype {
+        DataType::Fp16 => b
+            .chunks_exact_mut(2)
+            .zip(acc)
+            .for_each(|(c, &v)| c.copy_from_slice(&f32_to_f16(v).to_le_bytes())),
+        DataType::Bf16 => b
+            .chunks_exact_mut(2)
+            .zip(acc)
+            .for_each(|(c, &v)| c.copy_from_slice(&f32_to_bf16(v).to_le_bytes())),
+        _ => b
+            .chunks_exact_mut(4)
+            .zip(acc)
+            .for_each(|(c, &v)| c.copy_from_slice(&v.to_le_bytes())),
+    }
+}
+
+/// Checks a compressed AllReduce call: SUM on fp32/fp16/bf16, a valid method, and a residual
+/// buffer (address, element count) of exactly `count` 4-byte-aligned f32 values that overlaps
+/// neither data buffer. Every error is `Para` and names the offending field.
+pub fn check_call(
+    dtype: DataType,
+    op: ReduceOp,
+    count: usize,
+    bufs: [(usize, usize); 2],
+    spec: Spec,
+    residual: Option<(usize, u64)>,
+) -> Result<Compressed> {
+    let para = |m: String| Error::new(ErrorKind::Para, m);
+    if !dtype_ok(dtype) {
+        return Err(para(format!(
+            "dataType {} cannot be compressed: fp32, fp16 or bf16 only",
+            dtype.name()
+        )));
+    }
+    if op != ReduceOp::Sum {
+        return Err(para(format!(
+            "op {} cannot be compressed: SUM only",
+            op.name()
+        )));
+    }
+    spec.method.check()?;
+    let residual = match residual {
+        None => None,
+        Some((at, n)) => {
+            if n != count as u64 {
+                return Err(para(format!(
+                    "residualCount {n} must equal count {count} (one f32 per element)"
+                )));
+            }
+            if !at.is_multiple_of(4) {
+                return Err(para(format!("residual {at:#x} is not 4-byte aligned")));
+            }
+            let len = count
+                .checked_mul(4)
+                .filter(|l| at.checked_add(*l).is_some());
+            let Some(len) = len else {
+                return Err(para(format!(
+                    "residual {at:#x} + {count} f32 wraps around the address space"
+                )));
+            };
+            for (b, blen) in bufs {
+                if len > 0 && blen > 0 && at < b + blen && b < at + len {
+                    return Err(para(format!(
+                        "residual {at:#x} overlaps a data buffer ({b:#x}, {blen} bytes)"
+                    )));
+                }
+            }
+            Some(at)
+        }
+    };
+    Ok(Compressed { spec, residual })
+}

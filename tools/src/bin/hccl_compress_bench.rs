@@ -1,0 +1,69 @@
+//! Throughput of the compression kernels on one core, beside memcpy of the same buffer in the
+//! same run: for each method, encode (f32 → block), decode-add (block → f32 accumulator) and
+//! the round trip, in GB/s of f32 input (10^9 bytes per second).
+//!
+//! Usage: `hccl_compress_bench [SIZE_MIB] [REPS]` (default 64 MiB, 10 repetitions; the best
+//! repetition counts, so other load on the machine shows less).
+
+use std::time::Instant;
+
+use hccl::base::compress::Method;
+use hccl::exec::compress::{blob_len, compress, decompress_add, kernel_description, Scratch};
+
+fn best(reps: u32, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mib: usize = args.next().map_or(64, |a| a.parse().expect("SIZE_MIB"));
+    let reps: u32 = args.next().map_or(10, |a| a.parse().expect("REPS"));
+    let n = mib << 18;
+    let bytes = (n * 4) as f64;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as f32 / 8e6 - 1.0)
+        .collect();
+    let mut acc = vec![0f32; n];
+    let mut dst = vec![0f32; n];
+    let copy = best(reps, || dst.copy_from_slice(std::hint::black_box(&x)));
+    println!(
+        "hccl_compress_bench: {mib} MiB of f32, best of {reps}, one thread, kernels {}",
+        kernel_description()
+    );
+    println!(
+        "{:<12} {:>12} {:>12} {:>12} {:>8}",
+        "method", "encode", "decode+add", "round trip", "ratio"
+    );
+    println!(
+        "{:<12} {:>9.2} GB/s (memcpy of the same buffer)",
+        "memcpy",
+        bytes / copy / 1e9
+    );
+    let mut s = Scratch::default();
+    for m in [
+        Method::Fp16,
+        Method::Bf16,
+        Method::Int8 { block: 256 },
+        Method::TopK { ratio: 0.01 },
+    ] {
+        let mut blob = vec![0u8; blob_len(m, n)];
+        let enc = best(reps, || compress(m, &x, &mut blob, &mut s));
+        let dec = best(reps, || {
+            decompress_add(m, &blob, &mut acc).expect("own block")
+        });
+        println!(
+            "{:<12} {:>7.2} GB/s {:>7.2} GB/s {:>7.2} GB/s {:>8.4}",
+            m.to_string(),
+            bytes / enc / 1e9,
+            bytes / dec / 1e9,
+            bytes / (enc + dec) / 1e9,
+            blob.len() as f64 / bytes
+        );
+    }
+}

@@ -925,7 +925,6 @@ fn plugin_three_asymmetric_hosts_all_ops() {
 }
 
 #[test]
-#[ignore = "known defect (net plugin is opt-in): libfabric's tcp provider can crash (SIGSEGV) in the plugin's close after a peer is lost; run with --ignored"]
 fn plugin_link_down_mid_collective() {
     if child_role() {
         return;
@@ -936,7 +935,6 @@ fn plugin_link_down_mid_collective() {
 }
 
 #[test]
-#[ignore = "known defect (net plugin is opt-in): libfabric's tcp provider can crash (SIGSEGV) in the plugin's close after a peer is lost; run with --ignored"]
 fn plugin_killed_host_mid_collective() {
     if child_role() {
         return;

@@ -19,6 +19,10 @@
 
 static const hcclNetPlugin_v1_t *P;
 static int server;
+/* The device's largest message: larger transfers go in pieces of this size. */
+static size_t max_msg;
+/* Pieces in flight per direction. */
+#define WINDOW 32
 
 static double now(void)
 {
@@ -82,52 +86,99 @@ static void *post_recv(void *comm, void *buf, size_t n, uint32_t tag, void *mh)
     return req;
 }
 
+/* n bytes as pieces of at most max_msg, up to WINDOW in flight: receives (recv) or sends. */
+static void pieces(void *comm, char *buf, size_t n, void *mh, int recv)
+{
+    void *req[WINDOW] = {0};
+    size_t off = 0, k = 0;
+    do {
+        size_t len = n - off < max_msg ? n - off : max_msg;
+        if (req[k % WINDOW])
+            wait2(req[k % WINDOW], NULL);
+        req[k % WINDOW] = recv ? post_recv(comm, buf + off, len, 1, mh)
+                               : post_send(comm, buf + off, len, 1, mh);
+        off += len;
+        k++;
+    } while (off < n);
+    for (size_t i = 0; i < WINDOW; i++)
+        if (req[i])
+            wait2(req[i], NULL);
+}
+
 /* One tagged round trip: the listener sends first. */
 static void tagged_round(void *comm, char *out, char *in, size_t n, void *mo, void *mi)
 {
+    if (n <= max_msg) {
+        if (server) {
+            void *r = post_recv(comm, in, n, 1, mi);
+            wait2(post_send(comm, out, n, 1, mo), r);
+        } else {
+            void *r = post_recv(comm, in, n, 1, mi);
+            wait2(r, NULL);
+            wait2(post_send(comm, out, n, 1, mo), NULL);
+        }
+        return;
+    }
     if (server) {
-        void *r = post_recv(comm, in, n, 1, mi);
-        wait2(post_send(comm, out, n, 1, mo), r);
+        pieces(comm, out, n, mo, 0);
+        pieces(comm, in, n, mi, 1);
     } else {
-        void *r = post_recv(comm, in, n, 1, mi);
-        wait2(r, NULL);
-        wait2(post_send(comm, out, n, 1, mo), NULL);
+        pieces(comm, in, n, mi, 1);
+        pieces(comm, out, n, mo, 0);
     }
 }
 
-static void wait_imm(void *comm)
+static void wait_imm(void *comm, size_t count)
 {
     uint32_t imm;
-    int got = 0;
     double end = now() + DEADLINE_S;
-    while (!got && now() < end) {
+    while (count > 0 && now() < end) {
+        int got = 0;
         int rc = P->pollImm(comm, &imm, &got);
         if (rc != HCCL_NET_SUCCESS)
             die("pollImm", rc);
+        count -= (size_t)got;
     }
-    if (!got)
+    if (count > 0)
         die("waiting for an immediate (hang guard)", -1);
 }
 
-static void write_once(void *comm, char *out, size_t n, void *mo, const hcclNetMrDesc_t *rd)
+/* n bytes written as pieces of at most max_msg (one immediate each), up to WINDOW in flight;
+ * returns the number of pieces. */
+static size_t write_pieces(void *comm, char *out, size_t n, void *mo, const hcclNetMrDesc_t *rd)
 {
-    void *req = NULL;
-    int rc;
-    while ((rc = P->iwrite(comm, out, n, mo, rd, 0, 7, &req)) == HCCL_NET_AGAIN)
-        ;
-    if (rc != HCCL_NET_SUCCESS)
-        die("iwrite", rc);
-    wait2(req, NULL);
+    void *req[WINDOW] = {0};
+    size_t off = 0, k = 0;
+    do {
+        size_t len = n - off < max_msg ? n - off : max_msg;
+        int rc;
+        if (req[k % WINDOW])
+            wait2(req[k % WINDOW], NULL);
+        while ((rc = P->iwrite(comm, out + off, len, mo, rd, off, 7, &req[k % WINDOW])) ==
+               HCCL_NET_AGAIN)
+            ;
+        if (rc != HCCL_NET_SUCCESS)
+            die("iwrite", rc);
+        off += len;
+        k++;
+    } while (off < n);
+    for (size_t i = 0; i < WINDOW; i++)
+        if (req[i])
+            wait2(req[i], NULL);
+    return k;
 }
 
 static void rma_round(void *comm, char *out, size_t n, void *mo, const hcclNetMrDesc_t *rd)
 {
+    size_t count = (n + max_msg - 1) / max_msg;
+    if (count == 0)
+        count = 1;
     if (server) {
-        write_once(comm, out, n, mo, rd);
-        wait_imm(comm);
+        write_pieces(comm, out, n, mo, rd);
+        wait_imm(comm, count);
     } else {
-        wait_imm(comm);
-        write_once(comm, out, n, mo, rd);
+        wait_imm(comm, count);
+        write_pieces(comm, out, n, mo, rd);
     }
 }
 
@@ -163,6 +214,7 @@ int main(int argc, char **argv)
     hcclNetProperties_t props;
     if ((rc = P->getProperties(0, &props)))
         die("getProperties", rc);
+    max_msg = props.maxMessageBytes < (64u << 20) ? (size_t)props.maxMessageBytes : (64u << 20);
 
     hcclNetHandle_t h;
     void *lc = NULL, *comm = NULL;

@@ -628,10 +628,10 @@ impl Comm {
         if data == 0 && size > 0 {
             return Err(NetError::Invalid("data is NULL".into()));
         }
-        if size as u64 > self.dev.desc.max_msg_size {
+        if size as u64 > self.dev.max_msg {
             return Err(NetError::Invalid(format!(
                 "size {size} exceeds the device's maximum message of {} bytes",
-                self.dev.desc.max_msg_size
+                self.dev.max_msg
             )));
         }
         match mr {

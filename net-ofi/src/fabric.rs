@@ -13,6 +13,29 @@ pub const PREFERRED: [&str; 3] = ["verbs", "efa", "tcp"];
 /// Immediate data the plugin's `iwrite` carries.
 const IMM_BYTES: u64 = 4;
 
+/// Largest message sent as one eager transfer by libfabric's rxm layer with its default
+/// buffer size (`FI_OFI_RXM_BUFFER_SIZE`); larger ones go by its rendezvous protocol.
+const RXM_EAGER_BYTES: u64 = 16 << 10;
+
+/// The largest message that is safe on `provider` of libfabric `api` (`FI_VERSION` layout).
+///
+/// libfabric before 1.18 layers rxm over its first tcp provider, which serves the peer's RMA
+/// reads of rxm's rendezvous protocol (messages above the eager size) with transfers that carry
+/// no completion context. When the connection goes down with such a transfer queued (peer
+/// lost, or the endpoint closed meanwhile) the tcp provider flushes it as a failed completion
+/// without context and rxm's error handler dereferences that context: SIGSEGV in `fi_close` or
+/// `fi_cq_read`. Keeping every message eager avoids the rendezvous protocol, so nothing without
+/// a context is ever queued. 1.18 replaced that tcp provider with one that marks those
+/// transfers internal.
+pub fn safe_max_message(provider: &str, api: u32, max_msg_size: u64) -> u64 {
+    let old_tcp_rxm = provider == "tcp;ofi_rxm" && api < (1 << 16 | 18);
+    if old_tcp_rxm {
+        max_msg_size.min(RXM_EAGER_BYTES)
+    } else {
+        max_msg_size
+    }
+}
+
 /// One opened network interface (a libfabric fabric + domain).
 pub struct Device {
     pub index: usize,
@@ -31,6 +54,8 @@ pub struct Device {
     pub mr_prov_key: bool,
     /// The traffic class applied (HCCL_RDMA_TC value), or UNSET.
     pub traffic_class: i32,
+    /// The largest message this plugin sends on the device ([`safe_max_message`]).
+    pub max_msg: u64,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE and never changes after opening; it is
@@ -51,7 +76,7 @@ impl Device {
             provider: [0; abi::NAME_BYTES],
             fabric: [0; abi::NAME_BYTES],
             speed_mbps: self.desc.speed_bps / 1_000_000,
-            max_message_bytes: self.desc.max_msg_size,
+            max_message_bytes: self.max_msg,
             flags: 0,
             reserved: 0,
             traffic_class: self.traffic_class,
@@ -257,6 +282,12 @@ fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -
             continue;
         }
         let applied = tc_taken && tclass != 0 && desc.tclass == tclass;
+        // SAFETY: plain query.
+        let max_msg = safe_max_message(
+            &provider,
+            unsafe { sys::hno_api_version() },
+            desc.max_msg_size,
+        );
         devices.push(Arc::new(Device {
             index: devices.len(),
             domain: dom,
@@ -268,6 +299,7 @@ fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -
             mr_virt_addr: desc.mr_mode & mr_virt != 0,
             mr_prov_key: desc.mr_mode & mr_prov != 0,
             traffic_class: if applied { cfg.traffic_class } else { UNSET },
+            max_msg,
             desc,
         }));
     }
@@ -285,6 +317,19 @@ fn report(devices: &[Arc<Device>], cfg: &NetConfig, label: &str) {
             label,
             if d.rma { "yes" } else { "no" },
             if d.mr_local { "required" } else { "optional" },
+        ));
+    }
+    if let Some(d) = devices.iter().find(|d| d.max_msg < d.desc.max_msg_size) {
+        log::info(&format!(
+            "provider {}: messages limited to {} bytes (eager): its rendezvous protocol can \
+             crash libfabric {} when a peer is lost",
+            d.provider,
+            d.max_msg,
+            // SAFETY: plain query.
+            {
+                let v = unsafe { sys::hno_api_version() };
+                format!("{}.{}", v >> 16, v & 0xffff)
+            }
         ));
     }
     if cfg.traffic_class != UNSET {
@@ -326,6 +371,16 @@ mod tests {
         // TOS 132 = DSCP 33 (the vendor's default RoCE class).
         assert_eq!(tclass_of(132), 0x100 | 33);
         assert_eq!(tclass_of(255), 0x100 | 63);
+    }
+
+    #[test]
+    fn old_tcp_rxm_messages_stay_eager() {
+        let v = |minor: u32| 1 << 16 | minor;
+        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), u64::MAX), 16 << 10);
+        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), 4096), 4096);
+        assert_eq!(safe_max_message("tcp;ofi_rxm", v(18), u64::MAX), u64::MAX);
+        assert_eq!(safe_max_message("verbs;ofi_rxm", v(17), 1 << 30), 1 << 30);
+        assert_eq!(safe_max_message("tcp", v(17), 1 << 30), 1 << 30);
     }
 
     #[test]

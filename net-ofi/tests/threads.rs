@@ -1,7 +1,7 @@
 //! The plugin in one process through its C entry points: several comms driven from several
 //! threads at once, each pair checking every byte it receives.
 
-use hccl_net_ofi::abi::{code, NetHandle, PluginV1, HANDLE_BYTES};
+use hccl_net_ofi::abi::{code, NetHandle, NetProperties, PluginV1, HANDLE_BYTES};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::{Mutex, OnceLock};
@@ -112,10 +112,21 @@ fn byte(pair: usize, dir: usize, round: usize, i: usize) -> u8 {
     (i.wrapping_mul(31) ^ (pair * 7 + dir * 3 + round * 11) ^ (i >> 9)) as u8
 }
 
-/// Sends `rounds` messages of growing size from `a` to `b` and back, checking each byte.
+/// The largest message of device 0.
+fn max_message(p: &PluginV1) -> usize {
+    // SAFETY: all-zero is a valid NetProperties (integers and byte arrays).
+    let mut props: NetProperties = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { (p.get_properties)(0, &mut props) }, code::SUCCESS);
+    props.max_message_bytes.min(usize::MAX as u64) as usize
+}
+
+/// Sends `rounds` messages of growing size (up to 300 000 bytes or the device's largest message)
+/// from `a` to `b` and back, checking each byte.
 fn ping_pong(p: &PluginV1, id: usize, a: H, b: H, rounds: usize) {
+    let limit = max_message(p).min(300_000);
     for r in 0..rounds {
-        let size = 1 + r * 97_003 % 300_000;
+        let size = 1 + r * 97_003 % limit;
         for (dir, (from, to)) in [(a, b), (b, a)].into_iter().enumerate() {
             let out: Vec<u8> = (0..size).map(|i| byte(id, dir, r, i)).collect();
             let mut inb = vec![0u8; size];

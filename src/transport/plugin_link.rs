@@ -9,10 +9,12 @@
 //! a peer process dies the kernel closes it, and a waiting rank notices within a wait slice.
 //!
 //! # Data path
-//! Each direction has [`SLOTS`] registered staging buffers of [`SLOT_BYTES`]. A message is cut
-//! into chunks that each carry a 64-byte header (magic, kind, message length, offset, the
-//! operation tag) and up to `SLOT_BYTES - 64` bytes; the sender copies a chunk into a free slot
-//! and posts it, so up to [`SLOTS`] chunks are in flight while the next is copied. The receiver
+//! Each direction has registered staging buffers ("slots") of up to [`MAX_SLOT_BYTES`], no
+//! larger than the device's largest message, and enough of them to keep [`IN_FLIGHT_BYTES`]
+//! moving (at least [`MIN_SLOTS`]). A message is cut into chunks that each carry a 64-byte
+//! header (magic, kind, message length, offset, the operation tag) and up to a slot less 64
+//! bytes; the sender copies a chunk into a free slot and posts it, so every slot can be in
+//! flight while the next is copied. The receiver
 //! keeps a receive posted on every slot; chunks are consumed in posting order, the first chunk
 //! of a message checked against the receive posted for it (operation tag and size, as on every
 //! link) before a byte is delivered, then copied or reduced into the destination. Completion is
@@ -37,12 +39,24 @@ use super::tag::{Tag, TAG_LEN};
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 
-/// Staging buffers per direction.
-pub const SLOTS: usize = 4;
-/// Bytes of one staging buffer (header included).
-pub const SLOT_BYTES: usize = 512 << 10;
+/// Largest staging buffer (header included).
+pub const MAX_SLOT_BYTES: usize = 512 << 10;
+/// Staging bytes per direction the slots add up to (when slots are small).
+pub const IN_FLIGHT_BYTES: usize = 2 << 20;
+/// Fewest staging buffers per direction.
+pub const MIN_SLOTS: usize = 4;
 const HDR: usize = 64;
-const CHUNK: usize = SLOT_BYTES - HDR;
+
+/// Slot size and count per direction for a device whose largest message is `max_message`:
+/// slots a multiple of 64 bytes (so chunks hold whole elements), `None` when a slot could not
+/// even hold a header and a few bytes.
+pub fn slot_layout(max_message: u64) -> Option<(usize, usize)> {
+    let bytes = (max_message.min(MAX_SLOT_BYTES as u64) as usize) & !63;
+    if bytes < 2 * HDR {
+        return None;
+    }
+    Some((bytes, (IN_FLIGHT_BYTES / bytes).max(MIN_SLOTS)))
+}
 const MAGIC: u32 = 0x484e_4554;
 const KIND_DATA: u32 = 1;
 const KIND_ABORT: u32 = 2;
@@ -72,7 +86,7 @@ impl ChunkHdr {
         b[32..32 + TAG_LEN].copy_from_slice(&self.tag.0);
     }
 
-    fn read(b: &[u8]) -> Option<ChunkHdr> {
+    fn read(b: &[u8], max_chunk: usize) -> Option<ChunkHdr> {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         if b.len() < HDR || u32_at(0) != MAGIC {
@@ -87,7 +101,7 @@ impl ChunkHdr {
             off: u64_at(24),
             tag,
         };
-        let fits = h.chunk as usize <= CHUNK && h.chunk as usize + HDR <= b.len();
+        let fits = h.chunk as usize <= max_chunk && h.chunk as usize + HDR <= b.len();
         (matches!(h.kind, KIND_DATA | KIND_ABORT) && fits).then_some(h)
     }
 }
@@ -115,8 +129,10 @@ struct State {
     plugin: Arc<NetPlugin>,
     comm: Ptr,
     mr: Ptr,
-    /// `2 * SLOTS` staging buffers: sends first, then receives.
+    /// `2 * slots` staging buffers: sends first, then receives.
     stage: Vec<u8>,
+    /// Bytes of one staging buffer (header included).
+    slot_bytes: usize,
     me: u32,
     peer: u32,
     addr: String,
@@ -144,8 +160,13 @@ unsafe impl Send for State {}
 
 impl State {
     fn slot(&mut self, i: usize) -> *mut u8 {
-        // SAFETY: i < 2 * SLOTS, inside the staging buffer.
-        unsafe { self.stage.as_mut_ptr().add(i * SLOT_BYTES) }
+        // SAFETY: i < 2 * slots, inside the staging buffer.
+        unsafe { self.stage.as_mut_ptr().add(i * self.slot_bytes) }
+    }
+
+    /// Payload bytes of one chunk.
+    fn chunk(&self) -> usize {
+        self.slot_bytes - HDR
     }
 
     fn mh(&self) -> Ptr {
@@ -170,7 +191,7 @@ impl State {
                 // SAFETY: the slot is this link's, valid until the comm is closed.
                 let r = unsafe {
                     self.plugin
-                        .irecv(self.comm, p, SLOT_BYTES, WIRE_TAG, self.mh())
+                        .irecv(self.comm, p, self.slot_bytes, WIRE_TAG, self.mh())
                 };
                 match r {
                     Ok(Some(req)) => self.rx_slots[k] = RxSlot::Posted(i, req),
@@ -200,9 +221,9 @@ impl State {
             }
         }
         while let (Some(op), Some(&slot)) = (self.tx.front().copied(), self.tx_free.last()) {
-            let n = (op.len - op.done).min(CHUNK);
+            let n = (op.len - op.done).min(self.chunk());
             let p = self.slot(slot);
-            // SAFETY: the slot holds SLOT_BYTES = HDR + CHUNK bytes.
+            // SAFETY: the slot holds slot_bytes = HDR + chunk() bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + n) };
             ChunkHdr {
                 kind: KIND_DATA,
@@ -257,9 +278,9 @@ impl State {
         }
         while let Some(&RxSlot::Arrived(i, bytes)) = self.rx_slots.front() {
             let p = self.slot(i);
-            // SAFETY: the plugin wrote `bytes` (<= SLOT_BYTES) into the slot.
+            // SAFETY: the plugin wrote `bytes` (<= slot_bytes) into the slot.
             let chunk = unsafe { std::slice::from_raw_parts(p as *const u8, bytes) };
-            let Some(h) = ChunkHdr::read(chunk) else {
+            let Some(h) = ChunkHdr::read(chunk, self.chunk()) else {
                 return Err(Error::new(
                     ErrorKind::RoceTransfer,
                     format!(
@@ -312,7 +333,7 @@ impl State {
             }
             if n > 0 {
                 // SAFETY: post_recv's contract: the destination is valid for op.len bytes;
-                // chunks hold whole elements (CHUNK is a multiple of 64).
+                // chunks hold whole elements (slots and HDR are multiples of 64).
                 unsafe {
                     let dst = (op.ptr as *mut u8).add(op.done);
                     let src = chunk.as_ptr().add(HDR);
@@ -341,8 +362,8 @@ impl State {
         let RxSlot::Arrived(i, bytes) = *self.rx_slots.front()? else {
             return None;
         };
-        let chunk = &self.stage[i * SLOT_BYTES..i * SLOT_BYTES + bytes];
-        ChunkHdr::read(chunk)
+        let chunk = &self.stage[i * self.slot_bytes..i * self.slot_bytes + bytes];
+        ChunkHdr::read(chunk, self.chunk())
             .filter(|h| h.kind == KIND_DATA && h.off == 0)
             .map(|h| h.tag)
     }
@@ -369,19 +390,27 @@ impl PluginLink {
             .peer_addr()
             .map(|a| a.ip().to_string())
             .unwrap_or_else(|_| "?".into());
+        let (slot_bytes, slots) =
+            slot_layout(plugin.properties().max_message_bytes).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::RoceConnect,
+                    "net plugin: the device's largest message is too small for a chunk",
+                )
+            })?;
         let mut st = State {
             plugin,
             comm,
             mr: std::ptr::null_mut(),
-            stage: vec![0u8; 2 * SLOTS * SLOT_BYTES],
+            stage: vec![0u8; 2 * slots * slot_bytes],
+            slot_bytes,
             me,
             peer,
             addr,
             tx: VecDeque::new(),
             tx_busy: VecDeque::new(),
-            tx_free: (0..SLOTS).rev().collect(),
+            tx_free: (0..slots).rev().collect(),
             rx: VecDeque::new(),
-            rx_slots: (SLOTS..2 * SLOTS).map(RxSlot::Idle).collect(),
+            rx_slots: (slots..2 * slots).map(RxSlot::Idle).collect(),
             early: false,
             failed: None,
         };
@@ -526,9 +555,9 @@ impl Link for PluginLink {
         st.rx.clear();
         // Best effort: an abort record in a free slot, given a moment to leave.
         if let Some(slot) = st.tx_free.pop() {
-            let text = &why.msg.as_bytes()[..why.msg.len().min(CHUNK)];
+            let text = &why.msg.as_bytes()[..why.msg.len().min(st.chunk())];
             let p = st.slot(slot);
-            // SAFETY: the slot holds SLOT_BYTES bytes.
+            // SAFETY: the slot holds slot_bytes bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + text.len()) };
             let mut tag = Tag::default();
             tag.0[0..4].copy_from_slice(&why.kind.code().to_le_bytes());
@@ -597,6 +626,14 @@ pub fn introduce(
         ok: bool,
     }
     let mut pairs: Vec<Pair> = Vec::with_capacity(peers.len());
+    let usable = slot_layout(plugin.properties().max_message_bytes).is_some();
+    if !usable {
+        log::info!(
+            "net plugin: the device's largest message ({} bytes) cannot hold a chunk: peers on \
+             other hosts stay on TCP",
+            plugin.properties().max_message_bytes
+        );
+    }
     // Hellos first: writes never wait for the peer, so no order of pairs can deadlock.
     for (peer, mut s) in peers {
         s.set_nonblocking(false)
@@ -606,7 +643,9 @@ pub fn introduce(
         let mut hello = [0u8; HELLO_LEN];
         hello[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello[8] = 1;
-        if me > peer {
+        if !usable {
+            hello[8] = 0;
+        } else if me > peer {
             match plugin.listen() {
                 Ok((lc, h)) => {
                     listen = Some(lc);
@@ -726,4 +765,24 @@ pub fn introduce(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_device_largest_message() {
+        assert_eq!(slot_layout(u64::MAX), Some((MAX_SLOT_BYTES, MIN_SLOTS)));
+        // libfabric 1.17's tcp;ofi_rxm: 16 KiB messages, 128 slots keep 2 MiB in flight.
+        assert_eq!(slot_layout(16 << 10), Some((16 << 10, 128)));
+        // Rounded down to whole 64-byte lines.
+        assert_eq!(slot_layout((16 << 10) + 63), Some((16 << 10, 128)));
+        assert_eq!(
+            slot_layout(2 * HDR as u64),
+            Some((2 * HDR, IN_FLIGHT_BYTES / (2 * HDR)))
+        );
+        assert_eq!(slot_layout(2 * HDR as u64 - 1), None);
+        assert_eq!(slot_layout(0), None);
+    }
 }

@@ -22,8 +22,13 @@
 //! short slices.
 //!
 //! # Failures
-//! A rank that aborts posts an abort record (a header of its own kind, then the reason) and
-//! closes the liveness connection; the peer reports the reason, or that the peer is gone.
+//! A rank that aborts writes a notice (its error code and reason) on the liveness connection,
+//! posts an abort record through the plugin as well, and shuts the liveness connection down.
+//! The notice travels on its own connection so that the reason arrives even when the plugin
+//! link fails first (the aborting rank closes its plugin comm, and the peer's pending operations
+//! fail): a rank whose plugin link fails, or whose liveness connection wakes, reads the notice
+//! and reports the peer's reason (a disagreement between ranks stays `HCCL_E_PARA` naming both
+//! calls), else that the peer is gone.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -152,6 +157,51 @@ struct State {
 pub struct PluginLink {
     st: RefCell<State>,
     stream: TcpStream,
+    /// Bytes of the peer's notice read so far from the liveness connection.
+    notice: RefCell<Vec<u8>>,
+}
+
+const NOTICE_MAGIC: u32 = 0x4e4f_5443;
+const NOTICE_HDR: usize = 12;
+/// Longest reason a notice carries.
+const NOTICE_TEXT_MAX: usize = 4096;
+/// How long a rank whose plugin link failed waits for the peer's notice to arrive.
+const NOTICE_WAIT: Duration = Duration::from_millis(500);
+
+/// A notice: magic, error code, text length (u32 little endian each), then the text.
+fn notice_record(why: &Error) -> Vec<u8> {
+    let text = &why.msg.as_bytes()[..why.msg.len().min(NOTICE_TEXT_MAX)];
+    let mut b = Vec::with_capacity(NOTICE_HDR + text.len());
+    b.extend_from_slice(&NOTICE_MAGIC.to_le_bytes());
+    b.extend_from_slice(&why.kind.code().to_le_bytes());
+    b.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    b.extend_from_slice(text);
+    b
+}
+
+/// The notice in `b`, once complete: `Some(None)` when `b` holds something else.
+fn parse_notice(b: &[u8]) -> Option<Option<Error>> {
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    if b.len() >= 4 && u32_at(0) != NOTICE_MAGIC {
+        return Some(None);
+    }
+    if b.len() < NOTICE_HDR {
+        return None;
+    }
+    let len = u32_at(8) as usize;
+    if len > NOTICE_TEXT_MAX {
+        return Some(None);
+    }
+    let text = b.get(NOTICE_HDR..NOTICE_HDR + len)?;
+    let kind = if u32_at(4) == ErrorKind::Para.code() {
+        ErrorKind::Para
+    } else {
+        ErrorKind::Remote
+    };
+    Some(Some(Error::new(
+        kind,
+        String::from_utf8_lossy(text).into_owned(),
+    )))
 }
 
 // SAFETY: the raw pointers are plugin handles (callable from any thread per the interface) and
@@ -424,6 +474,7 @@ impl PluginLink {
         Ok(PluginLink {
             st: RefCell::new(st),
             stream,
+            notice: RefCell::new(Vec::new()),
         })
     }
 
@@ -436,6 +487,9 @@ impl PluginLink {
         // SAFETY: one valid pollfd, no wait.
         let r = unsafe { libc::poll(&mut p, 1, 0) };
         if r > 0 && p.revents != 0 {
+            if let Some(e) = self.peer_notice(NOTICE_WAIT) {
+                return Err(e);
+            }
             let st = self.st.borrow();
             return Err(Error::new(
                 ErrorKind::RoceTransfer,
@@ -447,6 +501,57 @@ impl PluginLink {
             ));
         }
         Ok(())
+    }
+}
+
+impl PluginLink {
+    /// The peer's reason from its notice on the liveness connection, waiting up to `wait` for
+    /// the rest of it; `None` when the connection holds no notice (closed, or nothing came).
+    fn peer_notice(&self, wait: Duration) -> Option<Error> {
+        let until = Instant::now() + wait;
+        let mut got = self.notice.borrow_mut();
+        loop {
+            match parse_notice(&got) {
+                Some(Some(why)) => {
+                    let st = self.st.try_borrow().ok()?;
+                    return Some(super::propagated(
+                        why,
+                        &format!("peer rank {} ({})", st.peer, st.addr),
+                    ));
+                }
+                Some(None) => return None,
+                None => {}
+            }
+            let mut buf = [0u8; 1024];
+            match (&self.stream).read(&mut buf) {
+                Ok(0) => return None,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    let mut p = libc::pollfd {
+                        fd: self.stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd; waits at most 10 ms.
+                    unsafe { libc::poll(&mut p, 1, left.as_millis().min(10) as i32) };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// A failure of the plugin link, or the peer's reason when it aborted first.
+    fn explain(&self, e: Error) -> Error {
+        if e.kind == ErrorKind::RoceTransfer {
+            self.peer_notice(NOTICE_WAIT).unwrap_or(e)
+        } else {
+            e
+        }
     }
 }
 
@@ -491,11 +596,13 @@ impl Link for PluginLink {
 
     fn progress(&mut self, _shared: &mut Shared) -> Result<bool> {
         let st = self.st.get_mut();
-        if let Some(e) = st.failed.take() {
-            return Err(e);
-        }
-        let moved = st.progress()?;
-        Ok(moved | std::mem::take(&mut st.early))
+        let r = match st.failed.take() {
+            Some(e) => Err(e),
+            None => st
+                .progress()
+                .map(|moved| moved | std::mem::take(&mut st.early)),
+        };
+        r.map_err(|e| self.explain(e))
     }
 
     /// A zero-length send still travels as one chunk; a send is done once copied out, but the
@@ -550,6 +657,9 @@ impl Link for PluginLink {
     }
 
     fn abort(&mut self, why: &Error) {
+        // First, before the plugin comm can fail the peer's operations: the reason, best effort
+        // and never blocking (the connection is otherwise idle, so its buffer has room).
+        let _ = (&self.stream).write(&notice_record(why));
         let st = self.st.get_mut();
         st.tx.clear();
         st.rx.clear();
@@ -770,6 +880,27 @@ pub fn introduce(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notices_round_trip_and_reject_garbage() {
+        let why = Error::new(ErrorKind::Para, "rank 1 called AllReduce count=4");
+        let rec = notice_record(&why);
+        for cut in 0..rec.len() {
+            assert!(parse_notice(&rec[..cut]).is_none(), "{cut} bytes");
+        }
+        let got = parse_notice(&rec).expect("complete").expect("a notice");
+        assert_eq!(
+            (got.kind, got.msg.as_str()),
+            (ErrorKind::Para, why.msg.as_str())
+        );
+        let other = Error::new(ErrorKind::Timeout, "x");
+        let got = parse_notice(&notice_record(&other)).unwrap().unwrap();
+        assert_eq!(got.kind, ErrorKind::Remote);
+        assert!(matches!(parse_notice(b"GET / HTTP"), Some(None)));
+        let mut long = rec.clone();
+        long[8..12].copy_from_slice(&(NOTICE_TEXT_MAX as u32 + 1).to_le_bytes());
+        assert!(matches!(parse_notice(&long), Some(None)));
+    }
 
     #[test]
     fn slots_follow_the_device_largest_message() {

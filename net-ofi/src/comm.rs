@@ -510,6 +510,48 @@ struct CommState {
     ctrl_out: Option<(u64, u64, CtrlBuf)>,
 }
 
+/// Open comms, progressed in the background (see [`watch`]).
+static WATCHED: Mutex<Vec<std::sync::Weak<Comm>>> = Mutex::new(Vec::new());
+/// Pause between two background sweeps.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+/// Sweeps a closing comm makes before closing its endpoint.
+const CLOSE_SWEEPS: u32 = 10;
+
+/// Keeps `c` progressed in the background until it closes.
+///
+/// A send completes once the provider has taken the data, not once it left: libfabric's tcp
+/// provider copies the tail of a message that does not fit the socket into its own staging
+/// buffer and sends it when the endpoint is next progressed. A caller that is done with a comm
+/// (its last send completed) stops calling it, so without this the tail waits, and the peer
+/// with it, until the caller happens to use the comm again. One thread sweeps every open comm
+/// every millisecond, skipping those in use.
+pub fn watch(c: &Arc<Comm>) {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    if let Ok(mut w) = WATCHED.lock() {
+        w.push(Arc::downgrade(c));
+    }
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("hccl-net-ofi-progress".into())
+            .spawn(|| loop {
+                std::thread::sleep(SWEEP_EVERY);
+                let comms: Vec<Arc<Comm>> = match WATCHED.lock() {
+                    Ok(mut w) => {
+                        w.retain(|c| c.strong_count() > 0);
+                        w.iter().filter_map(|c| c.upgrade()).collect()
+                    }
+                    Err(_) => return,
+                };
+                for c in comms {
+                    c.sweep();
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn(&format!("no background progress thread: {e}"));
+        }
+    });
+}
+
 /// A posted operation, named by a request handle.
 pub struct Request {
     pub comm: Arc<Comm>,
@@ -796,8 +838,23 @@ impl Comm {
         outcome
     }
 
+    /// Progresses the endpoint unless another thread is using it.
+    fn sweep(&self) {
+        if let Ok(mut st) = self.st.try_lock() {
+            if st.eps.ep.is_some() && st.eps.broken.is_none() {
+                st.drive();
+            }
+        }
+    }
+
     /// Closes the endpoint; requests still pending are abandoned and their handles removed.
+    /// Data the provider still holds for completed sends is given a few progress sweeps to
+    /// leave first.
     pub fn close(&self) -> NetResult<()> {
+        for _ in 0..CLOSE_SWEEPS {
+            self.sweep();
+            std::thread::sleep(SWEEP_EVERY);
+        }
         let mut st = lock(&self.st)?;
         st.eps.ep = None;
         for (_, op) in st.eps.ops.drain() {

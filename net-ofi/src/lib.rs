@@ -123,7 +123,11 @@ unsafe extern "C" fn accept(listen_comm: *mut c_void, comm: *mut *mut c_void) ->
         let comm = out(comm, "comm")?;
         let l = handles::listen(listen_comm)?;
         *comm = match l.accept()? {
-            Some(c) => handles::insert(Obj::Comm(Arc::new(c))),
+            Some(c) => {
+                let c = Arc::new(c);
+                comm::watch(&c);
+                handles::insert(Obj::Comm(c))
+            }
             None => std::ptr::null_mut(),
         };
         Ok(())
@@ -150,8 +154,9 @@ unsafe extern "C" fn connect(
         // SAFETY: a non-null handle points to a hcclNetHandle_t (C contract).
         let handle =
             unsafe { handle.as_ref() }.ok_or_else(|| NetError::Invalid("handle is NULL".into()))?;
-        let c = Comm::connect(device(dev)?, handle)?;
-        *comm = handles::insert(Obj::Comm(Arc::new(c)));
+        let c = Arc::new(Comm::connect(device(dev)?, handle)?);
+        comm::watch(&c);
+        *comm = handles::insert(Obj::Comm(c));
         Ok(())
     })
 }

@@ -9,6 +9,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo test --workspace
-fi_info -p verbs >/dev/null 2>&1 || echo "SKIPPED: net plugin over the verbs provider (fi_info -p verbs finds no RDMA device)"
+# Every operation through libfabric's verbs provider where an RDMA device exists; shown, so that
+# its SKIPPED line (no device) is seen rather than counted as a pass.
+cargo test --test multihost plugin_verbs_all_ops -- --exact --nocapture
 scripts/python_tests.sh
 scripts/fuzz.sh 20

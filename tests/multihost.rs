@@ -176,9 +176,11 @@ impl Bed {
             .env(ROLE, "ranks")
             .env("HCCL_CONNECT_TIMEOUT", "20")
             .env("HCCL_EXEC_TIMEOUT", "30");
-        if let Some(p) = &self.plugin {
-            c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp");
-        }
+        match &self.plugin {
+            Some(p) => c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp"),
+            // The default, whatever this process was started with.
+            None => c.env_remove("HCCL_NET_PLUGIN"),
+        };
         for (k, v) in env {
             c.env(k, v);
         }
@@ -758,6 +760,10 @@ fn fault_case(test: &str, hosts: usize, victim: u32, plugin: bool, fault: impl F
             kv("HCCL_MH_BODY", "until_failure"),
             kv("HCCL_EXEC_TIMEOUT", FAULT_TIMEOUT_S),
         ];
+        if !plugin {
+            // The built-in TCP link's own fault handling (the plugin is the default).
+            e.push(kv("HCCL_NET_PLUGIN", "none"));
+        }
         if h > 0 {
             e.push(kv(ROOT, &root));
         }
@@ -940,6 +946,118 @@ fn plugin_killed_host_mid_collective() {
         return;
     }
     fault_case("plugin_killed_host_mid_collective", 3, 2, true, kill_host_2);
+}
+
+/// Every operation through libfabric's verbs provider (RoCE or InfiniBand), between two
+/// processes of this machine posing as two hosts (`HCCL_HOST_ID`), when `fi_info -p verbs` finds
+/// an RDMA device; elsewhere (these build machines) it reports itself `SKIPPED` with the reason,
+/// which does not count as a pass.
+#[test]
+fn plugin_verbs_all_ops() {
+    if child_role() {
+        return;
+    }
+    let probe = Command::new("fi_info").args(["-p", "verbs"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = match &probe {
+            Err(e) => format!("fi_info cannot run ({e})"),
+            Ok(o) => String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .chain(String::from_utf8_lossy(&o.stdout).lines())
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+                .to_string(),
+        };
+        skip::skip(&format!(
+            "net plugin over the verbs provider: `fi_info -p verbs` finds no RDMA device ({why})"
+        ));
+        return;
+    }
+    let Some(plugin) = net_plugin() else {
+        skip::skip("the net plugin libhccl_net_ofi.so is not built (cargo build -p hccl-net-ofi)");
+        return;
+    };
+    let test = "plugin_verbs_all_ops";
+    let mut kids = Vec::new();
+    let mut root = String::new();
+    for h in 0..2u32 {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_VAR, "1")
+            .env(ROLE, "ranks")
+            .env(RANKS, h.to_string())
+            .env(NRANKS, "2")
+            .env("HCCL_HOST_ID", format!("verbs-{}-{h}", std::process::id()))
+            .env("HCCL_NET_PLUGIN", &plugin)
+            .env("FI_PROVIDER", "verbs")
+            .env("HCCL_CONNECT_TIMEOUT", "20")
+            .env("HCCL_EXEC_TIMEOUT", "30")
+            .env("ASCEND_GLOBAL_LOG_LEVEL", "1");
+        if h > 0 {
+            c.env(ROOT, &root);
+        }
+        let s = spawn_piped(c);
+        let mut seen = Vec::new();
+        if h == 0 {
+            root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
+        }
+        kids.push((s, seen));
+    }
+    let outs = finish_ok(kids, test);
+    for (h, o) in outs.iter().enumerate() {
+        assert!(
+            o.stderr.contains("net plugin: ofi (") && o.stderr.contains("provider verbs"),
+            "process {h} did not use the verbs provider:\n{}",
+            tail(&o.stderr, 3000)
+        );
+        assert!(
+            !o.stderr.contains("stays on TCP") && !o.stderr.contains("built-in TCP"),
+            "process {h} fell back to TCP:\n{}",
+            tail(&o.stderr, 3000)
+        );
+    }
+}
+
+/// With `HCCL_NET_PLUGIN` unset the plugin beside the library is used: for this test binary,
+/// `libhccl_net_ofi.so` in its own directory, where cargo builds the workspace's plugin.
+#[test]
+fn plugin_is_the_default() {
+    if child_role() {
+        return;
+    }
+    let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    let beside = exe.parent().unwrap().join("libhccl_net_ofi.so");
+    if !beside.is_file() {
+        skip::skip(&format!(
+            "no {} (cargo build -p hccl-net-ofi puts it there)",
+            beside.display()
+        ));
+        return;
+    }
+    let Some(bed) = bed(2, &[]) else { return };
+    let env = vec![
+        kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
+        kv("HCCL_MH_BODY", "one_allreduce"),
+    ];
+    let (_, outs) = run_job(
+        &bed,
+        "plugin_is_the_default",
+        &[0..1, 1..2],
+        &[env.clone(), env],
+    );
+    for (h, o) in outs.iter().enumerate() {
+        assert!(
+            o.stderr
+                .contains(&format!("net plugin: ofi ({})", beside.display())),
+            "host {h} did not load the plugin beside it:\n{}",
+            tail(&o.stderr, 3000)
+        );
+        assert!(
+            !o.stderr.contains("stays on TCP") && !o.stderr.contains("built-in TCP"),
+            "host {h} fell back to TCP:\n{}",
+            tail(&o.stderr, 3000)
+        );
+    }
 }
 
 /// Without a usable plugin the job runs over the built-in TCP and says why; a plugin path that

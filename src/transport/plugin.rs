@@ -6,12 +6,11 @@
 //! layout is the one of `include/hccl/hccl_net.h`, mirrored here. The table's `version` and
 //! `structSize` are checked, and every entry must be present, before anything is called.
 //!
-//! Which plugin: `HCCL_NET_PLUGIN` names a file, `auto` (`libhccl_net_ofi.so` beside the object
-//! that holds this code, `libhccl.so`), or `none`; unset, none is loaded for now: a mismatch
-//! between ranks is not yet reported with its reason over the plugin link (the peer sees a
-//! broken link instead), so the plugin stays opt-in until it is. A plugin that is absent, fails to
-//! load or finds no usable device leaves the built-in TCP link in charge, with one INFO line
-//! saying why; a named file that does not exist fails communicator creation (`HCCL_E_PARA`). The
+//! Which plugin: `HCCL_NET_PLUGIN` names a file, or `none`; unset (or `auto`),
+//! `libhccl_net_ofi.so` beside the object that holds this code (`libhccl.so`) is tried. A plugin
+//! that is absent, fails to load or finds no usable device leaves the built-in TCP link in
+//! charge, with one INFO line saying why; a named file that does not exist fails communicator
+//! creation (`HCCL_E_PARA`). The
 //! plugin is loaded and initialised once per process, the first time a communicator has peers on
 //! other hosts.
 
@@ -502,15 +501,15 @@ fn choose_device(devs: &[(c_int, Properties)], env: &EnvConfig) -> Option<(c_int
         .map(|(_, d)| *d)
 }
 
-/// Whether `HCCL_NET_PLUGIN=auto`: the plugin beside this library, if there is one.
+/// Whether `HCCL_NET_PLUGIN` is unset or `auto`: the plugin beside this library, if there is one.
 fn is_auto(env: &EnvConfig) -> bool {
     env.net_plugin
         .as_deref()
-        .is_some_and(|v| v.eq_ignore_ascii_case("auto"))
+        .is_none_or(|v| v.eq_ignore_ascii_case("auto"))
 }
 
-/// Where the plugin is looked for when `HCCL_NET_PLUGIN=auto`: beside the object (shared
-/// library or executable) that contains this code.
+/// Where the plugin is looked for when `HCCL_NET_PLUGIN` is unset or `auto`: beside the object
+/// (shared library or executable) that contains this code.
 fn beside_this_library() -> Option<PathBuf> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for an address of this object.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
@@ -532,7 +531,7 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
     type Chosen = Option<(Option<String>, Option<Arc<NetPlugin>>)>;
     static LOADED: OnceLock<Mutex<Chosen>> = OnceLock::new();
     let path = match env.net_plugin.as_deref() {
-        None => None,
+        None => beside_this_library(),
         Some(v) if v.eq_ignore_ascii_case("none") => None,
         Some(v) if v.eq_ignore_ascii_case("auto") => beside_this_library(),
         Some(p) => {
@@ -553,13 +552,6 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
         }
     }
     let chosen = match path {
-        None if env.net_plugin.is_none() => {
-            log::info!(
-                "net plugin: HCCL_NET_PLUGIN unset: level1 links use the built-in TCP (auto or a \
-                 path selects a plugin)"
-            );
-            None
-        }
         None if is_auto(env) => {
             log::info!(
                 "net plugin: none found (this library's location is unknown): level1 links use \

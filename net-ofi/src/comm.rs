@@ -514,6 +514,8 @@ struct CommState {
 static WATCHED: Mutex<Vec<std::sync::Weak<Comm>>> = Mutex::new(Vec::new());
 /// Pause between two background sweeps.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+/// Pause of the background thread while no comm is open.
+const IDLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 /// Sweeps a closing comm makes before closing its endpoint.
 const CLOSE_SWEEPS: u32 = 10;
 
@@ -533,17 +535,26 @@ pub fn watch(c: &Arc<Comm>) {
     STARTED.call_once(|| {
         let spawned = std::thread::Builder::new()
             .name("hccl-net-ofi-progress".into())
-            .spawn(|| loop {
-                std::thread::sleep(SWEEP_EVERY);
-                let comms: Vec<Arc<Comm>> = match WATCHED.lock() {
-                    Ok(mut w) => {
-                        w.retain(|c| c.strong_count() > 0);
-                        w.iter().filter_map(|c| c.upgrade()).collect()
+            .spawn(|| {
+                let mut pause = SWEEP_EVERY;
+                loop {
+                    std::thread::sleep(pause);
+                    let comms: Vec<Arc<Comm>> = match WATCHED.lock() {
+                        Ok(mut w) => {
+                            w.retain(|c| c.strong_count() > 0);
+                            w.iter().filter_map(|c| c.upgrade()).collect()
+                        }
+                        Err(_) => return,
+                    };
+                    // Without comms the thread only looks now and then.
+                    pause = if comms.is_empty() {
+                        IDLE_PAUSE
+                    } else {
+                        SWEEP_EVERY
+                    };
+                    for c in comms {
+                        c.sweep();
                     }
-                    Err(_) => return,
-                };
-                for c in comms {
-                    c.sweep();
                 }
             });
         if let Err(e) = spawned {

@@ -310,7 +310,9 @@ impl State {
                 self.tx.pop_front();
             }
         }
-        // Receives: test in posting order, consume arrived chunks from the front.
+        // Receives: test in posting order up to the first still pending (chunks of one tag
+        // arrive in that order, so the later ones are pending too), consume arrived chunks
+        // from the front.
         for k in 0..self.rx_slots.len() {
             if let RxSlot::Posted(i, req) = self.rx_slots[k] {
                 match self.plugin.test(req) {
@@ -318,7 +320,7 @@ impl State {
                         self.rx_slots[k] = RxSlot::Arrived(i, bytes);
                         any = true;
                     }
-                    Ok(None) => {}
+                    Ok(None) => break,
                     Err(e) => {
                         self.rx_slots[k] = RxSlot::Idle(i);
                         return Err(self.net_err("receive from", e));

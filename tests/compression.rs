@@ -156,6 +156,30 @@ fn accuracy_body(r: &Rank) {
             });
         }
         check_identical(r, name, &out);
+        // In place, with error feedback: the same bytes and residual as out of place.
+        let mut res = [vec![0f32; count], vec![0f32; count]];
+        let [res_out, res_in] = &mut res;
+        let mut inplace = send.clone();
+        let cfg_out = config(m, ratio, Some(&mut res_out[..]));
+        r.ok(allreduce_c(r, &send, &mut out, &cfg_out), name);
+        let cfg_in = config(m, ratio, Some(&mut res_in[..]));
+        let p = inplace.as_mut_ptr();
+        let rc = unsafe {
+            HcclExtAllReduceCompressed(
+                p as *mut _,
+                p as *mut _,
+                count as u64,
+                FP32,
+                SUM,
+                &cfg_in,
+                r.comm,
+                null_mut(),
+            )
+        };
+        r.ok(rc, name);
+        r.check(inplace == out && res_in == res_out, || {
+            format!("{name}: in place differs from out of place")
+        });
     }
 }
 

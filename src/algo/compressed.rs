@@ -129,6 +129,9 @@ pub struct Plan {
     pub groups: usize,
     /// Whether this is the staged form (reduce-scatter and allgather across groups).
     pub staged: bool,
+    /// Whether this rank is a group of its own: it has no level0 sum to make, so its pieces
+    /// are compressed straight from the input (no copy to the output first).
+    pub solo: bool,
     /// The pipeline's steps (one-step schedules; `Buf::Ext(0)` is the workspace).
     pub steps: Vec<Schedule>,
     /// What the caller does during each step.
@@ -312,10 +315,15 @@ pub fn plan(
         .max()
         .unwrap_or(0);
 
+    let solo = local.len() == 1;
     let reduce = |t: usize, out: &mut Vec<Action>| {
         for s in (0..nsh).filter(|&s| ranges[s][t].1 > 0) {
             let r = ranges[s][t];
             let o = owner(gi, s);
+            if o == me && solo {
+                // The caller compresses it from the input.
+                continue;
+            }
             if o == me {
                 out.push(Action::Copy {
                     src: span(Buf::Send, r),
@@ -419,6 +427,7 @@ pub fn plan(
         group: gi,
         groups: ng,
         staged,
+        solo,
         steps,
         work,
         workspace: fold_area + slot_bytes * slots.min(np),

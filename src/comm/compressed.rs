@@ -116,6 +116,7 @@ struct Data<'p> {
     plan: &'p Plan,
     method: crate::base::compress::Method,
     dtype: DataType,
+    send: usize,
     recv: usize,
     blobs: usize,
     residual: Option<usize>,
@@ -156,40 +157,44 @@ impl Data<'_> {
             // SAFETY: forwarded.
             return unsafe { self.compress_subs(t, k) };
         }
-        let Kernels { x, scratch, .. } = k;
         for o in &self.plan.owned[t] {
-            // SAFETY: the piece lies inside `recv`, its level0 sum complete, and nothing else
-            // touches it until its gather step.
-            let x = match unsafe { f32_shard(self.dtype, self.recv, o) } {
-                Some(x) => x,
-                None => {
-                    // SAFETY: as above.
-                    unsafe { load(self.dtype, self.recv, o, x) };
-                    &mut x[..]
-                }
-            };
-            // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call;
-            // pieces are disjoint.
-            let res = self.residual.map(|r| unsafe {
-                std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
-            });
-            if let Some(res) = &res {
-                for (x, r) in x.iter_mut().zip(res.iter()) {
-                    *x += *r;
-                }
-            }
             // SAFETY: this group's blob of the piece, inside the workspace; its slot is not
             // in flight during this step.
-            let mine = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (self.blobs + o.slot0 + self.plan.group * o.blob) as *mut u8,
-                    o.blob,
-                )
-            };
-            kernels::compress(self.method, x, mine, scratch);
-            if let Some(res) = res {
-                kernels::residual(self.method, mine, x)?;
-                res.copy_from_slice(x);
+            let mine = unsafe { self.blob_mut(o.slot0 + self.plan.group * o.blob, o.blob) };
+            // SAFETY: forwarded.
+            unsafe { self.compress_part(o, mine, k) }?;
+        }
+        Ok(())
+    }
+
+    /// Compresses part `o` of this rank's level0 sum (in the output; in the input when the
+    /// rank is a group of its own) into `out`, with error feedback: the sum goes into the
+    /// residual buffer, is compressed from there, and what the compression dropped stays there,
+    /// so the data are only read.
+    ///
+    /// # Safety
+    /// As for [`Data::work`]: `o` is complete and nothing writes it meanwhile.
+    unsafe fn compress_part(&self, o: &Owned, out: &mut [u8], k: &mut Kernels) -> Result<()> {
+        let src = if self.plan.solo { self.send } else { self.recv };
+        let Kernels { x, scratch, .. } = k;
+        // SAFETY: the part lies inside `src`; the caller's contract.
+        let x: &[f32] = match unsafe { f32_ref(self.dtype, src, o) } {
+            Some(v) => v,
+            None => {
+                // SAFETY: as above.
+                unsafe { load(self.dtype, src, o, x) };
+                &x[..]
+            }
+        };
+        // SAFETY: forwarded.
+        match unsafe { self.residual_of(o) } {
+            None => kernels::compress(self.method, x, out, scratch),
+            Some(res) => {
+                for (r, v) in res.iter_mut().zip(x) {
+                    *r += *v;
+                }
+                kernels::compress(self.method, res, out, scratch);
+                kernels::residual(self.method, out, res)?;
             }
         }
         Ok(())
@@ -224,7 +229,6 @@ impl Data<'_> {
     /// # Safety
     /// As for [`Data::work`].
     unsafe fn compress_subs(&self, t: usize, k: &mut Kernels) -> Result<()> {
-        let Kernels { x, scratch, .. } = k;
         let me = self.plan.group;
         for o in &self.plan.owned[t] {
             for sb in o
@@ -234,32 +238,11 @@ impl Data<'_> {
                 .filter(|&(q, _)| q != me)
                 .map(|p| p.1)
             {
-                let part = sub_part(sb);
-                // SAFETY: the sub-block lies inside `recv`, its level0 sum complete; only the
-                // decoding of its reduced blob writes it again, steps later.
-                let x = match unsafe { f32_shard(self.dtype, self.recv, &part) } {
-                    Some(x) => x,
-                    None => {
-                        // SAFETY: as above.
-                        unsafe { load(self.dtype, self.recv, &part, x) };
-                        &mut x[..]
-                    }
-                };
-                // SAFETY: as in `compress`.
-                let res = unsafe { self.residual_of(&part) };
-                if let Some(res) = &res {
-                    for (x, r) in x.iter_mut().zip(res.iter()) {
-                        *x += *r;
-                    }
-                }
                 // SAFETY: the blob this rank sends of the sub-block, inside the workspace; its
                 // slot is not in flight during this step.
                 let out = unsafe { self.blob_mut(sb.sent, sb.blob) };
-                kernels::compress(self.method, x, out, scratch);
-                if let Some(res) = res {
-                    kernels::residual(self.method, out, x)?;
-                    res.copy_from_slice(x);
-                }
+                // SAFETY: forwarded; the sub-block lies inside the part.
+                unsafe { self.compress_part(&sub_part(sb), out, k) }?;
             }
         }
         Ok(())
@@ -278,9 +261,10 @@ impl Data<'_> {
         for o in &self.plan.owned[t] {
             let sb = &o.subs[me];
             let part = sub_part(sb);
-            // SAFETY: the sub-block lies inside `recv`, its level0 sum complete and untouched
+            let src = if self.plan.solo { self.send } else { self.recv };
+            // SAFETY: the sub-block lies inside `src`, its level0 sum complete and untouched
             // until its decoding, steps later.
-            unsafe { load(self.dtype, self.recv, &part, acc) };
+            unsafe { load(self.dtype, src, &part, acc) };
             // SAFETY: as in `compress`.
             let res = unsafe { self.residual_of(&part) };
             if let Some(res) = &res {
@@ -444,6 +428,7 @@ pub unsafe fn run(
         plan,
         method: c.spec.method,
         dtype,
+        send,
         recv,
         blobs: ws.blobs.as_mut_ptr() as usize,
         residual: c.residual,
@@ -593,6 +578,19 @@ fn sub_part(sb: &Sub) -> Owned {
         gathered: 0,
         folds: Vec::new(),
     }
+}
+
+/// Part `o` of `buf` as f32 values to read in place, when the data are fp32 and aligned.
+///
+/// # Safety
+/// The part must lie inside `buf`, and nothing may write it while the slice lives.
+unsafe fn f32_ref<'a>(dtype: DataType, buf: usize, o: &Owned) -> Option<&'a [f32]> {
+    let at = buf + o.first * 4;
+    if dtype != DataType::Fp32 || !at.is_multiple_of(std::mem::align_of::<f32>()) {
+        return None;
+    }
+    // SAFETY: the caller's contract; aligned and inside the buffer.
+    Some(unsafe { std::slice::from_raw_parts(at as *const f32, o.len) })
 }
 
 /// Shard `o` of `buf` as f32 values in place, when the data are fp32 and aligned.

@@ -156,6 +156,30 @@ fn accuracy_body(r: &Rank) {
             });
         }
         check_identical(r, name, &out);
+        // In place, with error feedback: the same bytes and residual as out of place.
+        let mut res = [vec![0f32; count], vec![0f32; count]];
+        let [res_out, res_in] = &mut res;
+        let mut inplace = send.clone();
+        let cfg_out = config(m, ratio, Some(&mut res_out[..]));
+        r.ok(allreduce_c(r, &send, &mut out, &cfg_out), name);
+        let cfg_in = config(m, ratio, Some(&mut res_in[..]));
+        let p = inplace.as_mut_ptr();
+        let rc = unsafe {
+            HcclExtAllReduceCompressed(
+                p as *mut _,
+                p as *mut _,
+                count as u64,
+                FP32,
+                SUM,
+                &cfg_in,
+                r.comm,
+                null_mut(),
+            )
+        };
+        r.ok(rc, name);
+        r.check(inplace == out && res_in == res_out, || {
+            format!("{name}: in place differs from out of place")
+        });
     }
 }
 
@@ -165,8 +189,9 @@ fn accuracy_on_normal_data_8_ranks_single_host() {
 }
 
 /// With error feedback the sum of 100 calls on the same input stays within 1% of 100× the
-/// exact sum (fp16, int8); without it the drift is reported. Top-k's drift is reported both
-/// ways.
+/// exact sum (fp16, int8), and within a tenth of the drift without error feedback (so every
+/// compression a call makes, the reduce-scatter's re-compression included, feeds its error
+/// back). Top-k's drift is reported both ways.
 fn feedback_body(r: &Rank) {
     let count = 1 << 14;
     let steps = 100;
@@ -174,6 +199,7 @@ fn feedback_body(r: &Rank) {
     let send = normal(r.rank, 2, count);
     let target: Vec<f64> = want.iter().map(|w| w * steps as f64).collect();
     for (name, m, ratio) in METHODS {
+        let mut drifts = [0f64; 2];
         for feedback in [true, false] {
             let mut residual = vec![0f32; count];
             let mut sum = vec![0f64; count];
@@ -202,7 +228,13 @@ fn feedback_body(r: &Rank) {
                     format!("{name} with error feedback: drift {drift:.3e} above 1%")
                 });
             }
+            drifts[usize::from(feedback)] = drift;
             check_identical(r, name, &out);
+        }
+        if name != "topk:0.01" {
+            r.check(drifts[1] * 10.0 <= drifts[0], || {
+                format!("{name}: drift {drifts:?} (without, with error feedback)")
+            });
         }
     }
 }
@@ -276,6 +308,15 @@ fn hierarchical_body(r: &Rank) {
             });
         }
         check_identical(r, name, &out);
+        if std::env::var_os("HCCL_DETERMINISTIC").is_some() {
+            // Level0 sums in a fixed order: the same call gives the same bytes again.
+            let mut again = vec![0f32; count];
+            r.ok(
+                allreduce_c(r, &send, &mut again, &config(m, ratio, None)),
+                name,
+            );
+            r.check(again == out, || format!("{name}: a second call differs"));
+        }
     }
     // Half-precision data: compressed across hosts, identical everywhere.
     for dt in [FP16, BF16] {
@@ -321,19 +362,26 @@ fn hierarchical_body(r: &Rank) {
 #[test]
 fn hierarchical_two_hosts_of_threads() {
     if is_child() {
-        run_ranks(4, TIMEOUT, hierarchical_body);
+        let map = std::env::var("HCCL_RANK_HOST_MAP").unwrap();
+        run_ranks(map.split(',').count() as u32, TIMEOUT, hierarchical_body);
         return;
     }
-    // The default staging budget, and one of 1 MB that makes the pipeline's pieces smaller.
-    for budget in [None, Some("1")] {
+    // The default staging budget, one of 1 MB that makes the pipeline's pieces smaller, and
+    // deterministic level0 sums on hosts of three ranks (folded in local rank order).
+    for (map, budget, det) in [
+        ("a,a,b,b", None, None),
+        ("a,a,b,b", Some("1"), None),
+        ("a,a,a,b,b,b", Some("1"), Some("1")),
+    ] {
         let mut env = vec![
-            ("HCCL_RANK_HOST_MAP", "a,a,b,b"),
+            ("HCCL_RANK_HOST_MAP", map),
             ("HCCL_ALGO", "allreduce=level0:fullmesh;level1:hier"),
         ];
         env.extend(budget.map(|b| ("HCCL_BUFFSIZE", b)));
+        env.extend(det.map(|d| ("HCCL_DETERMINISTIC", d)));
         let out = run_self("hierarchical_two_hosts_of_threads", &env, TIMEOUT);
         for l in out.stdout.lines().filter(|l| l.contains("BYTES")) {
-            println!("HCCL_BUFFSIZE={budget:?} {l}");
+            println!("{map} HCCL_BUFFSIZE={budget:?} HCCL_DETERMINISTIC={det:?} {l}");
         }
     }
 }

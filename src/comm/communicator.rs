@@ -828,6 +828,7 @@ impl Communicator {
             args.dtype,
             &c.spec,
             self.cfg.buffer_bytes,
+            self.cfg.deterministic != Deterministic::Off,
         );
         let seq = self.next_seq(inner, args)?;
         let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::algo::compressed::{self, Owned, Plan};
+use crate::algo::compressed::{self, Owned, Plan, Sub};
 use crate::algo::Topo;
 use crate::base::compress::Spec;
 use crate::base::dtype::{DataType, ReduceOp};
@@ -11,7 +11,7 @@ use crate::base::error::{Error, ErrorKind, Result};
 use crate::exec::compress::{self as kernels, blob_len, Scratch};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, OpTags};
-use crate::exec::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::exec::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16, reduce_inplace};
 use crate::exec::trace::StepTrace;
 use crate::transport::tag::{OpKind, OpTag};
 use crate::transport::Endpoint;
@@ -71,7 +71,8 @@ pub fn call_tag(count: usize, dtype: DataType, spec: &Spec, seq: u32) -> OpTag {
 const PIECE_ELEMS: usize = 1 << 18;
 
 /// Rank `me`'s plan of a compressed AllReduce of `count` elements of `dtype`, its blob
-/// workspace within `budget` bytes (`HCCL_BUFFSIZE`) as far as pieces of 1024 elements allow.
+/// workspace within `budget` bytes (`HCCL_BUFFSIZE`) as far as pieces of 1024 elements allow;
+/// `deterministic` (`HCCL_DETERMINISTIC`): level0 sums in local rank order, not arrival order.
 pub fn prepare(
     topo: &Topo,
     me: u32,
@@ -79,6 +80,7 @@ pub fn prepare(
     dtype: DataType,
     spec: &Spec,
     budget: usize,
+    deterministic: bool,
 ) -> Plan {
     let m = spec.method;
     let g = groups(topo, spec);
@@ -90,6 +92,7 @@ pub fn prepare(
         &|n| blob_len(m, n),
         PIECE_ELEMS,
         budget,
+        deterministic,
     )
 }
 
@@ -113,6 +116,7 @@ struct Data<'p> {
     plan: &'p Plan,
     method: crate::base::compress::Method,
     dtype: DataType,
+    send: usize,
     recv: usize,
     blobs: usize,
     residual: Option<usize>,
@@ -131,6 +135,10 @@ impl Data<'_> {
             // SAFETY: forwarded.
             unsafe { self.compress(t, k) }?;
         }
+        if let Some(t) = w.reduce {
+            // SAFETY: forwarded.
+            unsafe { self.reduce(t, k) }?;
+        }
         match w.decode {
             // SAFETY: forwarded.
             Some(t) => unsafe { self.decode(t, k) },
@@ -143,40 +151,198 @@ impl Data<'_> {
     /// # Safety
     /// As for [`Data::work`].
     unsafe fn compress(&self, t: usize, k: &mut Kernels) -> Result<()> {
-        let Kernels { x, scratch, .. } = k;
+        // SAFETY: forwarded.
+        unsafe { self.fold(t) }?;
+        if self.plan.staged {
+            // SAFETY: forwarded.
+            return unsafe { self.compress_subs(t, k) };
+        }
         for o in &self.plan.owned[t] {
-            // SAFETY: the piece lies inside `recv`, its level0 sum complete, and nothing else
-            // touches it until its gather step.
-            let x = match unsafe { f32_shard(self.dtype, self.recv, o) } {
-                Some(x) => x,
-                None => {
-                    // SAFETY: as above.
-                    unsafe { load(self.dtype, self.recv, o, x) };
-                    &mut x[..]
+            // SAFETY: this group's blob of the piece, inside the workspace; its slot is not
+            // in flight during this step.
+            let mine = unsafe { self.blob_mut(o.slot0 + self.plan.group * o.blob, o.blob) };
+            // SAFETY: forwarded.
+            unsafe { self.compress_part(o, mine, k) }?;
+        }
+        Ok(())
+    }
+
+    /// Compresses part `o` of this rank's level0 sum (in the output; in the input when the
+    /// rank is a group of its own) into `out`, with error feedback: the sum goes into the
+    /// residual buffer, is compressed from there, and what the compression dropped stays there,
+    /// so the data are only read.
+    ///
+    /// # Safety
+    /// As for [`Data::work`]: `o` is complete and nothing writes it meanwhile.
+    unsafe fn compress_part(&self, o: &Owned, out: &mut [u8], k: &mut Kernels) -> Result<()> {
+        let src = if self.plan.solo { self.send } else { self.recv };
+        let Kernels { x, scratch, .. } = k;
+        // SAFETY: the part lies inside `src`; the caller's contract.
+        let x: &[f32] = match unsafe { f32_ref(self.dtype, src, o) } {
+            Some(v) => v,
+            None => {
+                // SAFETY: as above.
+                unsafe { load(self.dtype, src, o, x) };
+                &x[..]
+            }
+        };
+        // SAFETY: forwarded.
+        match unsafe { self.residual_of(o) } {
+            None => kernels::compress(self.method, x, out, scratch),
+            Some(res) => {
+                for (r, v) in res.iter_mut().zip(x) {
+                    *r += *v;
                 }
+                kernels::compress(self.method, res, out, scratch);
+                kernels::residual(self.method, out, res)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deterministic level0 sums: adds the group peers' contributions to this rank's parts of
+    /// piece `t`, which received them into fold slots, in local rank order.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn fold(&self, t: usize) -> Result<()> {
+        let es = self.dtype.size();
+        for o in self.plan.owned[t].iter().filter(|o| !o.folds.is_empty()) {
+            // SAFETY: the part lies inside `recv`, holding this rank's own contribution since
+            // its reduce step; nothing else touches it until its gather step.
+            let acc = unsafe {
+                std::slice::from_raw_parts_mut((self.recv + o.first * es) as *mut u8, o.len * es)
             };
-            // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call;
-            // pieces are disjoint.
-            let res = self.residual.map(|r| unsafe {
-                std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len)
-            });
+            for &at in &o.folds {
+                // SAFETY: a fold slot, received in the previous step and not written again
+                // before the next one.
+                let theirs = unsafe { self.blob(at, o.len * es) };
+                reduce_inplace(self.dtype, ReduceOp::Sum, acc, theirs)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Staged form: compresses the other groups' sub-blocks of this rank's parts of piece `t`
+    /// (with error feedback), each into the blob it sends them.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn compress_subs(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        let me = self.plan.group;
+        for o in &self.plan.owned[t] {
+            for sb in o
+                .subs
+                .iter()
+                .enumerate()
+                .filter(|&(q, _)| q != me)
+                .map(|p| p.1)
+            {
+                // SAFETY: the blob this rank sends of the sub-block, inside the workspace; its
+                // slot is not in flight during this step.
+                let out = unsafe { self.blob_mut(sb.sent, sb.blob) };
+                // SAFETY: forwarded; the sub-block lies inside the part.
+                unsafe { self.compress_part(&sub_part(sb), out, k) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Staged form: for this rank's own group's sub-block of each of its parts of piece `t`,
+    /// adds the other groups' blobs to its own values (own first, then group order) in f32,
+    /// and compresses the sum into the blob every group decodes, keeping what that drops as
+    /// error feedback.
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn reduce(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        let Kernels { acc, scratch, .. } = k;
+        let me = self.plan.group;
+        for o in &self.plan.owned[t] {
+            let sb = &o.subs[me];
+            let part = sub_part(sb);
+            let src = if self.plan.solo { self.send } else { self.recv };
+            // SAFETY: the sub-block lies inside `src`, its level0 sum complete and untouched
+            // until its decoding, steps later.
+            unsafe { load(self.dtype, src, &part, acc) };
+            // SAFETY: as in `compress`.
+            let res = unsafe { self.residual_of(&part) };
             if let Some(res) = &res {
-                for (x, r) in x.iter_mut().zip(res.iter()) {
+                for (x, r) in acc.iter_mut().zip(res.iter()) {
                     *x += *r;
                 }
             }
-            // SAFETY: this group's blob of the piece, inside the workspace; its slot is not
-            // in flight during this step.
-            let mine = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (self.blobs + o.slot0 + self.plan.group * o.blob) as *mut u8,
-                    o.blob,
-                )
-            };
-            kernels::compress(self.method, x, mine, scratch);
+            for g in (0..self.plan.groups).filter(|&g| g != me) {
+                // SAFETY: group g's blob of the sub-block, received in an earlier step.
+                let blob = unsafe { self.blob(o.gathered + g * sb.blob, sb.blob) };
+                kernels::decompress_add(self.method, blob, acc)
+                    .map_err(|e| e.context(format!("block of group {g}, piece {t}")))?;
+            }
+            // SAFETY: the reduced blob of this rank's sub-block; not in flight this step.
+            let out = unsafe { self.blob_mut(sb.reduced, sb.blob) };
+            kernels::compress(self.method, acc, out, scratch);
             if let Some(res) = res {
-                kernels::residual(self.method, mine, x)?;
-                res.copy_from_slice(x);
+                kernels::residual(self.method, out, acc)?;
+                res.copy_from_slice(acc);
+            }
+        }
+        Ok(())
+    }
+
+    /// This rank's error-feedback values of `o`'s elements, if it keeps them.
+    ///
+    /// # Safety
+    /// As for [`Data::work`]: nothing else touches them meanwhile.
+    unsafe fn residual_of<'a>(&self, o: &Owned) -> Option<&'a mut [f32]> {
+        // SAFETY: the caller's contract: `count` f32 values, exclusively ours for the call;
+        // parts are disjoint.
+        self.residual
+            .map(|r| unsafe { std::slice::from_raw_parts_mut((r as *mut f32).add(o.first), o.len) })
+    }
+
+    /// `len` workspace bytes at `at`.
+    ///
+    /// # Safety
+    /// Inside the workspace, and not written meanwhile.
+    unsafe fn blob<'a>(&self, at: usize, len: usize) -> &'a [u8] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts((self.blobs + at) as *const u8, len) }
+    }
+
+    /// `len` workspace bytes at `at`, to write.
+    ///
+    /// # Safety
+    /// Inside the workspace, and not accessed otherwise meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn blob_mut<'a>(&self, at: usize, len: usize) -> &'a mut [u8] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut((self.blobs + at) as *mut u8, len) }
+    }
+
+    /// Staged form: decodes every sub-block's reduced blob of this rank's parts of piece `t`
+    /// into the output (its own group's included, so every owner writes the same bytes).
+    ///
+    /// # Safety
+    /// As for [`Data::work`].
+    unsafe fn decode_subs(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        for o in &self.plan.owned[t] {
+            for (q, sb) in o.subs.iter().enumerate() {
+                let part = sub_part(sb);
+                // SAFETY: the reduced blob of sub-block q, written or received earlier.
+                let blob = unsafe { self.blob(sb.reduced, sb.blob) };
+                let ctx = |e: Error| e.context(format!("reduced block of group {q}, piece {t}"));
+                // SAFETY: the sub-block lies inside `recv`, which nothing else touches
+                // meanwhile.
+                match unsafe { f32_shard(self.dtype, self.recv, &part) } {
+                    Some(out) => kernels::decompress_set(self.method, blob, out).map_err(ctx)?,
+                    None => {
+                        k.acc.resize(part.len, 0.0);
+                        kernels::decompress_set(self.method, blob, &mut k.acc[..part.len])
+                            .map_err(ctx)?;
+                        // SAFETY: as above.
+                        unsafe { store(self.dtype, &k.acc[..part.len], self.recv, &part) };
+                    }
+                }
             }
         }
         Ok(())
@@ -188,6 +354,10 @@ impl Data<'_> {
     /// # Safety
     /// As for [`Data::work`].
     unsafe fn decode(&self, t: usize, k: &mut Kernels) -> Result<()> {
+        if self.plan.staged {
+            // SAFETY: forwarded.
+            return unsafe { self.decode_subs(t, k) };
+        }
         for o in &self.plan.owned[t] {
             // fp32 output is the accumulator itself; other types go through `acc`.
             // SAFETY: the piece lies inside `recv`, which nothing else touches meanwhile.
@@ -258,6 +428,7 @@ pub unsafe fn run(
         plan,
         method: c.spec.method,
         dtype,
+        send,
         recv,
         blobs: ws.blobs.as_mut_ptr() as usize,
         residual: c.residual,
@@ -393,6 +564,33 @@ fn pipelined(
         }
         out
     })
+}
+
+/// A sub-block as a part of its own (the accessors below take parts).
+fn sub_part(sb: &Sub) -> Owned {
+    Owned {
+        first: sb.first,
+        len: sb.len,
+        blob: sb.blob,
+        slot0: 0,
+        bytes: 0,
+        subs: Vec::new(),
+        gathered: 0,
+        folds: Vec::new(),
+    }
+}
+
+/// Part `o` of `buf` as f32 values to read in place, when the data are fp32 and aligned.
+///
+/// # Safety
+/// The part must lie inside `buf`, and nothing may write it while the slice lives.
+unsafe fn f32_ref<'a>(dtype: DataType, buf: usize, o: &Owned) -> Option<&'a [f32]> {
+    let at = buf + o.first * 4;
+    if dtype != DataType::Fp32 || !at.is_multiple_of(std::mem::align_of::<f32>()) {
+        return None;
+    }
+    // SAFETY: the caller's contract; aligned and inside the buffer.
+    Some(unsafe { std::slice::from_raw_parts(at as *const f32, o.len) })
 }
 
 /// Shard `o` of `buf` as f32 values in place, when the data are fp32 and aligned.

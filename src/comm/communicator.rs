@@ -453,14 +453,12 @@ impl Communicator {
         let host_ranks = table.iter().filter(|p| p.loc.host == me.loc.host).count();
         let bell = Arc::new(Doorbell::new(host_ranks)?);
         let same_proc = |p: &RankRecord| p.loc.process == me.loc.process && !cfg.force_network;
-        let fabric = if table
-            .iter()
-            .enumerate()
-            .any(|(i, p)| i as u32 != rank && same_proc(p))
-        {
+        let local = table.iter().filter(|p| same_proc(p)).count();
+        let fabric = if local > 1 {
             Some(InprocFabric::join(
                 key,
                 n as usize,
+                local,
                 rank as usize,
                 bell.clone(),
             )?)

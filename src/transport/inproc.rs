@@ -55,23 +55,37 @@ pub struct InprocFabric {
     fail_why: Mutex<Option<Error>>,
 }
 
-fn registry() -> &'static Mutex<HashMap<u128, Weak<InprocFabric>>> {
-    static REG: OnceLock<Mutex<HashMap<u128, Weak<InprocFabric>>>> = OnceLock::new();
+/// A communicator's fabric in the process-wide registry.
+struct Entry {
+    fabric: Weak<InprocFabric>,
+    /// Held until every rank of this process has joined: ranks that joined early may fail and
+    /// destroy their communicator before a slow one joins, and that one must still find the
+    /// fabric (and its recorded failure) instead of creating a new, empty one and waiting on it
+    /// until its timeout.
+    keep: Option<Arc<InprocFabric>>,
+    /// Ranks of this process that have joined so far.
+    joined: usize,
+}
+
+fn registry() -> &'static Mutex<HashMap<u128, Entry>> {
+    static REG: OnceLock<Mutex<HashMap<u128, Entry>>> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl InprocFabric {
     /// Finds or creates the fabric of communicator `key` (all in-process ranks of a comm share
-    /// one) and registers `rank`'s doorbell in it.
+    /// one) and registers `rank`'s doorbell in it; `local` is how many ranks of the
+    /// communicator live in this process (the registry keeps the fabric until they all joined).
     pub fn join(
         key: u128,
         n: usize,
+        local: usize,
         rank: usize,
         bell: Arc<Doorbell>,
     ) -> Result<Arc<InprocFabric>> {
         let mut reg = registry().lock();
-        reg.retain(|_, w| w.strong_count() > 0);
-        let fabric = match reg.get(&key).and_then(Weak::upgrade) {
+        reg.retain(|_, e| e.keep.is_some() || e.fabric.strong_count() > 0);
+        let fabric = match reg.get(&key).and_then(|e| e.fabric.upgrade()) {
             Some(f) => {
                 if f.n != n {
                     return Err(Error::new(
@@ -92,7 +106,14 @@ impl InprocFabric {
                     failed: AtomicBool::new(false),
                     fail_why: Mutex::new(None),
                 });
-                reg.insert(key, Arc::downgrade(&f));
+                reg.insert(
+                    key,
+                    Entry {
+                        fabric: Arc::downgrade(&f),
+                        keep: Some(f.clone()),
+                        joined: 0,
+                    },
+                );
                 f
             }
         };
@@ -101,6 +122,12 @@ impl InprocFabric {
                 ErrorKind::Para,
                 format!("rank {rank} joined the same communicator twice in this process"),
             ));
+        }
+        if let Some(e) = reg.get_mut(&key) {
+            e.joined += 1;
+            if e.joined >= local {
+                e.keep = None;
+            }
         }
         Ok(fabric)
     }
@@ -440,9 +467,29 @@ mod tests {
         let mut f = None;
         for r in 0..n {
             let bell = Arc::new(Doorbell::new(n).unwrap());
-            f = Some(InprocFabric::join(key, n, r, bell).unwrap());
+            f = Some(InprocFabric::join(key, n, n, r, bell).unwrap());
         }
         f.unwrap()
+    }
+
+    /// A rank that joins after the others failed and dropped the fabric still finds it, with
+    /// its failure; once every rank joined and left, the key starts afresh.
+    #[test]
+    fn a_late_rank_finds_the_failure_of_ranks_that_already_left() {
+        let key = u128::from(std::process::id()) << 64 | 99;
+        let bell = || Arc::new(Doorbell::new(2).unwrap());
+        let early = InprocFabric::join(key, 3, 2, 0, bell()).unwrap();
+        early.fail(&Error::new(ErrorKind::Para, "operation mismatch: test"));
+        drop(early);
+        let late = InprocFabric::join(key, 3, 2, 1, bell()).unwrap();
+        let seen = late.failure().expect("the late rank sees the failure");
+        assert_eq!(seen.kind, ErrorKind::Para);
+        drop(late);
+        let next = InprocFabric::join(key, 3, 2, 0, bell()).unwrap();
+        assert!(
+            next.failure().is_none(),
+            "a new communicator's fabric is fresh"
+        );
     }
 
     #[test]

@@ -179,7 +179,7 @@ impl Bed {
         match &self.plugin {
             Some(p) => c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp"),
             // The default, whatever this process was started with.
-            None => c.env_remove("HCCL_NET_PLUGIN"),
+            None => c.env_remove("HCCL_NET_PLUGIN").env_remove("FI_PROVIDER"),
         };
         for (k, v) in env {
             c.env(k, v);
@@ -1018,8 +1018,10 @@ fn plugin_verbs_all_ops() {
     }
 }
 
-/// With `HCCL_NET_PLUGIN` unset the plugin beside the library is used: for this test binary,
-/// `libhccl_net_ofi.so` in its own directory, where cargo builds the workspace's plugin.
+/// With `HCCL_NET_PLUGIN` unset the plugin beside the library is loaded (for this test binary,
+/// `libhccl_net_ofi.so` in its own directory, where cargo builds the workspace's plugin); it
+/// carries the job when its provider is an RDMA one or `FI_PROVIDER` names one, and leaves a
+/// kernel-sockets provider to the built-in TCP link otherwise.
 #[test]
 fn plugin_is_the_default() {
     if child_role() {
@@ -1035,28 +1037,52 @@ fn plugin_is_the_default() {
         return;
     }
     let Some(bed) = bed(2, &[]) else { return };
-    let env = vec![
-        kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
-        kv("HCCL_MH_BODY", "one_allreduce"),
-    ];
-    let (_, outs) = run_job(
-        &bed,
-        "plugin_is_the_default",
-        &[0..1, 1..2],
-        &[env.clone(), env],
-    );
-    for (h, o) in outs.iter().enumerate() {
-        assert!(
-            o.stderr
-                .contains(&format!("net plugin: ofi ({})", beside.display())),
-            "host {h} did not load the plugin beside it:\n{}",
-            tail(&o.stderr, 3000)
+    let loaded = format!("net plugin: ofi ({})", beside.display());
+    // FI_PROVIDER unset: the plugin is loaded, finds only the tcp provider here and leaves the
+    // built-in TCP link in charge, saying why; FI_PROVIDER=tcp: the plugin carries the job.
+    for chosen in [false, true] {
+        let mut env = vec![
+            kv("ASCEND_GLOBAL_LOG_LEVEL", 1),
+            kv("HCCL_MH_BODY", "one_allreduce"),
+        ];
+        if chosen {
+            env.push(kv("FI_PROVIDER", "tcp"));
+        }
+        let (_, outs) = run_job(
+            &bed,
+            "plugin_is_the_default",
+            &[0..1, 1..2],
+            &[env.clone(), env],
         );
-        assert!(
-            !o.stderr.contains("stays on TCP") && !o.stderr.contains("built-in TCP"),
-            "host {h} fell back to TCP:\n{}",
-            tail(&o.stderr, 3000)
-        );
+        for (h, o) in outs.iter().enumerate() {
+            assert!(
+                o.stderr.contains(&loaded),
+                "host {h} did not load the plugin beside it:\n{}",
+                tail(&o.stderr, 3000)
+            );
+            let declined = o
+                .stderr
+                .contains("which is faster: level1 links use the built-in TCP");
+            assert_eq!(
+                declined,
+                !chosen,
+                "host {h}, FI_PROVIDER {}: the plugin was {} the tcp provider:\n{}",
+                if chosen { "=tcp" } else { "unset" },
+                if declined {
+                    "declined with"
+                } else {
+                    "used with"
+                },
+                tail(&o.stderr, 3000)
+            );
+            if chosen {
+                assert!(
+                    !o.stderr.contains("stays on TCP") && !o.stderr.contains("built-in TCP"),
+                    "host {h} fell back to TCP:\n{}",
+                    tail(&o.stderr, 3000)
+                );
+            }
+        }
     }
 }
 

@@ -214,7 +214,8 @@ pub struct EnvConfig {
     /// rank writes its operations to (`%r`: the rank, `%p`: the process id); unset: no tracing.
     pub trace_file: Option<String>,
     /// `HCCL_NET_PLUGIN` (our extension): path of the net plugin to load, or `none`; unset or
-    /// `auto`: the plugin beside `libhccl.so`, if there is one (see `transport::plugin`).
+    /// `auto`: the plugin beside `libhccl.so`, if there is one and its provider is not a
+    /// kernel-sockets one unless `FI_PROVIDER` asks for it (see `transport::plugin`).
     pub net_plugin: Option<String>,
     /// `HCCL_HOST_ID` (our extension): overrides this host's identity, so several "hosts" can be
     /// simulated on one machine for topology tests.

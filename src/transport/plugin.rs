@@ -9,7 +9,9 @@
 //! Which plugin: `HCCL_NET_PLUGIN` names a file, or `none`; unset (or `auto`),
 //! `libhccl_net_ofi.so` beside the object that holds this code (`libhccl.so`) is tried. A plugin
 //! that is absent, fails to load or finds no usable device leaves the built-in TCP link in
-//! charge, with one INFO line saying why; a named file that does not exist fails communicator
+//! charge, with one INFO line saying why; so does, when the plugin was not named and
+//! `FI_PROVIDER` is unset, a device whose provider runs over kernel sockets (libfabric's `tcp`),
+//! which the built-in TCP link outpaces; a named file that does not exist fails communicator
 //! creation (`HCCL_E_PARA`). The
 //! plugin is loaded and initialised once per process, the first time a communicator has peers on
 //! other hosts.
@@ -318,6 +320,13 @@ impl NetPlugin {
         }
     }
 
+    /// Whether the device's provider carries data over kernel sockets (libfabric's `tcp`,
+    /// `sockets`, `udp`, alone or under `ofi_rxm`/`ofi_rxd`): no RDMA, nothing gained over the
+    /// built-in TCP link.
+    pub fn over_sockets(&self) -> bool {
+        sockets_provider(&self.props.provider())
+    }
+
     /// `plugin name (path): provider P, fabric F, device D`, for logs and diagnostics.
     pub fn describe(&self) -> String {
         format!(
@@ -501,6 +510,14 @@ fn choose_device(devs: &[(c_int, Properties)], env: &EnvConfig) -> Option<(c_int
         .map(|(_, d)| *d)
 }
 
+/// Whether a libfabric provider name (`tcp;ofi_rxm`, `verbs;ofi_rxm`, `efa`, ...) is built on
+/// kernel sockets.
+fn sockets_provider(name: &str) -> bool {
+    name.split(';')
+        .next()
+        .is_some_and(|core| matches!(core.trim(), "tcp" | "sockets" | "udp"))
+}
+
 /// Whether `HCCL_NET_PLUGIN` is unset or `auto`: the plugin beside this library, if there is one.
 fn is_auto(env: &EnvConfig) -> bool {
     env.net_plugin
@@ -573,6 +590,21 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
             None
         }
         Some(path) => match NetPlugin::load(&path, env) {
+            Ok(p)
+                if is_auto(env)
+                    && std::env::var_os("FI_PROVIDER").is_none()
+                    && p.over_sockets() =>
+            {
+                log::info!(
+                    "net plugin: {}: its provider moves bytes through kernel sockets as the \
+                     built-in TCP does, which is faster: level1 links use the built-in TCP \
+                     (FI_PROVIDER or HCCL_NET_PLUGIN=<path> selects the plugin anyway)",
+                    p.describe()
+                );
+                // Kept loaded: the plugin may run threads of its own from initialisation on.
+                std::mem::forget(p);
+                None
+            }
             Ok(p) => {
                 log::info!("net plugin: {}", p.describe());
                 Some(Arc::new(p))
@@ -585,4 +617,25 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
     };
     *slot = Some((env.net_plugin.clone(), chosen.clone()));
     Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sockets_provider;
+
+    #[test]
+    fn socket_providers_are_told_from_rdma_ones() {
+        for p in [
+            "tcp",
+            "tcp;ofi_rxm",
+            "sockets",
+            "udp;ofi_rxd",
+            " tcp ;ofi_rxm",
+        ] {
+            assert!(sockets_provider(p), "{p}");
+        }
+        for p in ["verbs;ofi_rxm", "verbs", "efa", "psm3", "cxi", "shm", ""] {
+            assert!(!sockets_provider(p), "{p}");
+        }
+    }
 }

@@ -742,9 +742,10 @@ impl Communicator {
         let mut inner = self.inner.lock();
         let t0 = Instant::now();
         let comp = self.compression_of(args);
+        // The one clock read of a call: it times the call and starts its deadline.
         let r = match &comp {
-            Some(c) => self.run_compressed(&mut inner, args, c),
-            None => self.run_plan(&mut inner, args),
+            Some(c) => self.run_compressed(&mut inner, args, c, t0),
+            None => self.run_plan(&mut inner, args, t0),
         };
         let ns = t0.elapsed().as_nanos() as u64;
         let (ok, traffic) = match &r {
@@ -808,7 +809,13 @@ impl Communicator {
     }
 
     /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
-    fn run_compressed(&self, inner: &mut Inner, args: &OpArgs, c: &Compressed) -> Result<Traffic> {
+    fn run_compressed(
+        &self,
+        inner: &mut Inner,
+        args: &OpArgs,
+        c: &Compressed,
+        t0: Instant,
+    ) -> Result<Traffic> {
         let Coll::AllReduce { count } = args.coll else {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -833,7 +840,7 @@ impl Communicator {
         let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
         let inbound = compressed::inbound(&plan, self.rank);
         let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
-        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         let start = Instant::now();
         let mut steps = self.trace.as_ref().map(|_| Vec::new());
         // SAFETY: the ffi layer validated the buffers and the residual against `count`.
@@ -875,8 +882,8 @@ impl Communicator {
         r
     }
 
-    /// Runs `args` through its (cached) plan of schedules.
-    fn run_plan(&self, inner: &mut Inner, args: &OpArgs) -> Result<Traffic> {
+    /// Runs `args` through its (cached) plan of schedules; `t0` is when the call started.
+    fn run_plan(&self, inner: &mut Inner, args: &OpArgs, t0: Instant) -> Result<Traffic> {
         let elem = args.dtype.size();
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.
@@ -918,7 +925,7 @@ impl Communicator {
             inner.scratch.resize(words, 0);
         }
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
-        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
         let call = match last_tag {
             Some(t) => t.with_seq(seq),

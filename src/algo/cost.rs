@@ -645,7 +645,11 @@ pub fn predict(
             }
         }
         (Algo::Direct, Coll::Reduce { .. }) => {
-            mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
+            if bytes <= super::direct::GATHER_MAX_BYTES as f64 {
+                net.fan(&flat, bytes) + g((n - 1.0) * bytes)
+            } else {
+                mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
+            }
         }
         (Algo::Ring, Coll::Reduce { .. }) => {
             let gather = if net.shared {

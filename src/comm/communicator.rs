@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Instant;
@@ -115,11 +116,9 @@ struct Last {
     tag: Tag,
 }
 
-#[derive(Default)]
-struct State {
-    busy: u32,
-    destroyed: bool,
-}
+/// The bit of [`Communicator::state`] that marks it destroyed; the bits below count the threads
+/// inside it.
+const DESTROYED: u64 = 1 << 63;
 
 /// One rank of a communicator.
 pub struct Communicator {
@@ -135,7 +134,8 @@ pub struct Communicator {
     topo: algo::Topo,
     creator: ThreadId,
     inner: Mutex<Inner>,
-    state: Mutex<State>,
+    /// Threads inside, and [`DESTROYED`]: one word, so entering costs no lock.
+    state: AtomicU64,
     async_err: Mutex<Option<Error>>,
     /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
     trace: Option<Tracer>,
@@ -147,7 +147,7 @@ pub struct BusyGuard<'a>(&'a Communicator);
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        self.0.state.lock().busy -= 1;
+        self.0.state.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -646,7 +646,7 @@ impl Communicator {
                 last: None,
                 compress_work: compressed::Workspace::default(),
             }),
-            state: Mutex::new(State::default()),
+            state: AtomicU64::new(0),
             async_err: Mutex::new(None),
             stats: Mutex::new(CommStats::default()),
         })
@@ -689,21 +689,27 @@ impl Communicator {
 
     /// Marks the communicator busy; fails once it has been destroyed.
     pub fn enter(&self) -> Result<BusyGuard<'_>> {
-        let mut st = self.state.lock();
-        if st.destroyed {
+        // Counted first, checked after: a destroy either sees this thread inside and refuses,
+        // or came first and this thread backs out.
+        if self.state.fetch_add(1, Ordering::Acquire) & DESTROYED != 0 {
+            self.state.fetch_sub(1, Ordering::Release);
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!("comm {} rank {} has been destroyed", self.name, self.rank),
             ));
         }
-        st.busy += 1;
         Ok(BusyGuard(self))
     }
 
     /// Marks the communicator destroyed, unless another thread is inside it.
     pub fn mark_destroyed(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        if st.busy > 0 {
+        let busy = |v: u64| v & !DESTROYED > 0;
+        let r = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (!busy(v)).then_some(v | DESTROYED)
+            });
+        if r.is_err() {
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!(
@@ -712,7 +718,6 @@ impl Communicator {
                 ),
             ));
         }
-        st.destroyed = true;
         Ok(())
     }
 

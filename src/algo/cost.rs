@@ -645,11 +645,7 @@ pub fn predict(
             }
         }
         (Algo::Direct, Coll::Reduce { .. }) => {
-            if bytes <= super::direct::GATHER_MAX_BYTES as f64 {
-                net.fan(&flat, bytes) + g((n - 1.0) * bytes)
-            } else {
-                mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
-            }
+            mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
         }
         (Algo::Ring, Coll::Reduce { .. }) => {
             let gather = if net.shared {

@@ -8,16 +8,12 @@
 use super::schedule::{even_blocks, Action, Buf, Schedule, Span};
 use super::{Coll, Ctx, P2pItem};
 
-/// Largest message (bytes per rank) that AllReduce and Reduce gather whole to reduce: one round
-/// of latency, where splitting into blocks would add a second.
-pub const GATHER_MAX_BYTES: usize = 4096;
-
 /// The direct schedule for any collective.
 pub fn build(ctx: &Ctx, coll: &Coll) -> Schedule {
     let n = ctx.n as usize;
     match coll {
         Coll::AllReduce { count } => {
-            if ctx.network || ctx.deterministic || count * ctx.elem <= GATHER_MAX_BYTES {
+            if ctx.network || ctx.deterministic || count * ctx.elem <= 4096 {
                 allreduce_gather(ctx, *count)
             } else {
                 allreduce_rs_ag(ctx, *count)
@@ -287,8 +283,7 @@ pub fn broadcast(ctx: &Ctx, count: usize, root: u32) -> Schedule {
 }
 
 /// Reduce: each rank reduces one block of the result (from its peers' inputs on memory links,
-/// from gathered copies over the network), then the root collects the blocks. Small messages
-/// go whole to the root instead ([`reduce_gather`]): one hop rather than two.
+/// from gathered copies over the network), then the root collects the blocks.
 pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
     let mut s = Schedule::new("direct");
@@ -301,9 +296,6 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
             dst: Span::new(Buf::Recv, 0, count * es),
         });
         return s;
-    }
-    if count * es <= GATHER_MAX_BYTES {
-        return reduce_gather(ctx, count, root);
     }
     let blocks = even_blocks(count, n as usize);
     let counts: Vec<usize> = blocks.iter().map(|b| b.1).collect();
@@ -341,50 +333,6 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     }
     rs.algo = "direct";
     s = rs;
-    s
-}
-
-/// Reduce for small messages: every other rank sends its whole input to the root, which gathers
-/// them in scratch and reduces in rank order (the order of [`allreduce_gather`]).
-pub fn reduce_gather(ctx: &Ctx, count: usize, root: u32) -> Schedule {
-    let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
-    let bytes = count * es;
-    let mut s = Schedule::new("direct-gather");
-    // Every rank declares the root's scratch: segmenting relies on all ranks needing the same.
-    s.need_scratch(bytes * n as usize);
-    let input = Span::new(Buf::Send, 0, bytes);
-    if me != root {
-        s.step().push(Action::Send {
-            peer: root,
-            src: input,
-        });
-        return s;
-    }
-    let slot = |p: u32| Span::new(Buf::Scratch, p as usize * bytes, bytes);
-    let st = s.step();
-    // The own input goes through scratch too: the output may be the same buffer.
-    st.push(Action::Copy {
-        src: input,
-        dst: slot(me),
-    });
-    for p in (0..n).filter(|&p| p != me) {
-        st.push(Action::Recv {
-            peer: p,
-            dst: slot(p),
-        });
-    }
-    let st = s.step();
-    let out = Span::new(Buf::Recv, 0, bytes);
-    st.push(Action::Copy {
-        src: slot(0),
-        dst: out,
-    });
-    for p in 1..n {
-        st.push(Action::Reduce {
-            dst: out,
-            src: slot(p),
-        });
-    }
     s
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Instant;
@@ -115,11 +116,9 @@ struct Last {
     tag: Tag,
 }
 
-#[derive(Default)]
-struct State {
-    busy: u32,
-    destroyed: bool,
-}
+/// The bit of [`Communicator::state`] that marks it destroyed; the bits below count the threads
+/// inside it.
+const DESTROYED: u64 = 1 << 63;
 
 /// One rank of a communicator.
 pub struct Communicator {
@@ -135,7 +134,8 @@ pub struct Communicator {
     topo: algo::Topo,
     creator: ThreadId,
     inner: Mutex<Inner>,
-    state: Mutex<State>,
+    /// Threads inside, and [`DESTROYED`]: one word, so entering costs no lock.
+    state: AtomicU64,
     async_err: Mutex<Option<Error>>,
     /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
     trace: Option<Tracer>,
@@ -147,7 +147,7 @@ pub struct BusyGuard<'a>(&'a Communicator);
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        self.0.state.lock().busy -= 1;
+        self.0.state.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -644,7 +644,7 @@ impl Communicator {
                 last: None,
                 compress_work: compressed::Workspace::default(),
             }),
-            state: Mutex::new(State::default()),
+            state: AtomicU64::new(0),
             async_err: Mutex::new(None),
             stats: Mutex::new(CommStats::default()),
         })
@@ -687,21 +687,27 @@ impl Communicator {
 
     /// Marks the communicator busy; fails once it has been destroyed.
     pub fn enter(&self) -> Result<BusyGuard<'_>> {
-        let mut st = self.state.lock();
-        if st.destroyed {
+        // Counted first, checked after: a destroy either sees this thread inside and refuses,
+        // or came first and this thread backs out.
+        if self.state.fetch_add(1, Ordering::Acquire) & DESTROYED != 0 {
+            self.state.fetch_sub(1, Ordering::Release);
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!("comm {} rank {} has been destroyed", self.name, self.rank),
             ));
         }
-        st.busy += 1;
         Ok(BusyGuard(self))
     }
 
     /// Marks the communicator destroyed, unless another thread is inside it.
     pub fn mark_destroyed(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        if st.busy > 0 {
+        let busy = |v: u64| v & !DESTROYED > 0;
+        let r = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (!busy(v)).then_some(v | DESTROYED)
+            });
+        if r.is_err() {
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!(
@@ -710,7 +716,6 @@ impl Communicator {
                 ),
             ));
         }
-        st.destroyed = true;
         Ok(())
     }
 
@@ -740,9 +745,10 @@ impl Communicator {
         let mut inner = self.inner.lock();
         let t0 = Instant::now();
         let comp = self.compression_of(args);
+        // The one clock read of a call: it times the call and starts its deadline.
         let r = match &comp {
-            Some(c) => self.run_compressed(&mut inner, args, c),
-            None => self.run_plan(&mut inner, args),
+            Some(c) => self.run_compressed(&mut inner, args, c, t0),
+            None => self.run_plan(&mut inner, args, t0),
         };
         let ns = t0.elapsed().as_nanos() as u64;
         let (ok, traffic) = match &r {
@@ -806,7 +812,13 @@ impl Communicator {
     }
 
     /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
-    fn run_compressed(&self, inner: &mut Inner, args: &OpArgs, c: &Compressed) -> Result<Traffic> {
+    fn run_compressed(
+        &self,
+        inner: &mut Inner,
+        args: &OpArgs,
+        c: &Compressed,
+        t0: Instant,
+    ) -> Result<Traffic> {
         let Coll::AllReduce { count } = args.coll else {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -832,7 +844,7 @@ impl Communicator {
         let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
         let inbound = compressed::inbound(&plan, self.rank);
         let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
-        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         let start = Instant::now();
         let mut steps = self.trace.as_ref().map(|_| Vec::new());
         // SAFETY: the ffi layer validated the buffers and the residual against `count`.
@@ -874,8 +886,8 @@ impl Communicator {
         r
     }
 
-    /// Runs `args` through its (cached) plan of schedules.
-    fn run_plan(&self, inner: &mut Inner, args: &OpArgs) -> Result<Traffic> {
+    /// Runs `args` through its (cached) plan of schedules; `t0` is when the call started.
+    fn run_plan(&self, inner: &mut Inner, args: &OpArgs, t0: Instant) -> Result<Traffic> {
         let elem = args.dtype.size();
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.
@@ -917,7 +929,7 @@ impl Communicator {
             inner.scratch.resize(words, 0);
         }
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
-        let dl = self.cfg.exec_timeout.map(|d| Instant::now() + d);
+        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
         let call = match last_tag {
             Some(t) => t.with_seq(seq),

@@ -1,9 +1,10 @@
 //! Handles given to C: every live communicator is registered under an opaque id, so a stale or
 //! forged handle is answered with an error instead of being dereferenced.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::RwLock;
 
@@ -25,8 +26,34 @@ pub fn insert(c: Communicator) -> usize {
     h
 }
 
+/// Bumped by every removal: a thread's cached lookup is trusted only while it is unchanged, so a
+/// destroyed handle is refused at once, exactly as without the cache.
+static REMOVALS: AtomicU64 = AtomicU64::new(0);
+
 /// The communicator behind `handle`.
+///
+/// Back-to-back calls on one communicator (the small-message hot path) skip the table's lock
+/// and hash: each thread remembers its last lookup, weakly, so the cache never keeps a
+/// destroyed communicator alive.
 pub fn get(handle: usize) -> Result<Arc<Communicator>> {
+    type Entry = (usize, u64, Weak<Communicator>);
+    thread_local! {
+        static LAST: RefCell<Option<Entry>> = const { RefCell::new(None) };
+    }
+    let gen = REMOVALS.load(Ordering::Acquire);
+    let hit = LAST.with_borrow(|l| match l {
+        Some((h, g, w)) if *h == handle && *g == gen => w.upgrade(),
+        _ => None,
+    });
+    if let Some(c) = hit {
+        return Ok(c);
+    }
+    let c = get_locked(handle)?;
+    LAST.set(Some((handle, gen, Arc::downgrade(&c))));
+    Ok(c)
+}
+
+fn get_locked(handle: usize) -> Result<Arc<Communicator>> {
     table().read().get(&handle).cloned().ok_or_else(|| {
         Error::new(
             ErrorKind::Para,
@@ -47,6 +74,9 @@ pub fn remove(handle: usize) -> Result<Arc<Communicator>> {
     })?;
     c.mark_destroyed()?;
     t.remove(&handle);
+    // Under the write lock: a lookup that read the old count either finished before the removal
+    // or reads the table after it.
+    REMOVALS.fetch_add(1, Ordering::Release);
     Ok(c)
 }
 

@@ -174,7 +174,7 @@ pub fn enter_comm(
     body: impl FnOnce(Arc<Communicator>) -> Result<()>,
 ) -> HcclResult {
     crate::base::logging::init_from_env();
-    // The lookup takes a lock and clones an Arc: inside the boundary like everything else.
+    // The lookup may take a lock and clones an Arc: inside the boundary like everything else.
     let found =
         catch_unwind(AssertUnwindSafe(|| super::validate::comm(handle))).unwrap_or_else(|_| {
             Err(Error::new(

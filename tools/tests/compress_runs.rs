@@ -103,3 +103,22 @@ fn runs_the_flag_cannot_apply_to_are_usage_errors() {
         );
     }
 }
+
+/// The kernel benchmark prints memcpy and every method; bad arguments are usage errors.
+#[test]
+fn kernel_bench_runs_and_rejects_bad_arguments() {
+    let o = cmd("hccl_compress_bench", &["1", "1"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for row in ["memcpy", "fp16", "bf16", "int8", "topk"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(row)),
+            "no {row} row:\n{out}"
+        );
+    }
+    for bad in [&["x"][..], &["0"], &["1", "1", "1"]] {
+        let o = cmd("hccl_compress_bench", bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("error:"), "{bad:?}: {}", stderr(&o));
+    }
+}

@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use clap::Parser;
 use hccl::base::compress::Method;
 use hccl::exec::compress::{blob_len, compress, decompress_add, kernel_description, Scratch};
 
@@ -20,10 +21,27 @@ fn best(reps: u32, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// `hccl_compress_bench`'s arguments.
+#[derive(Parser, Debug)]
+#[command(
+    name = "hccl_compress_bench",
+    about = "Throughput of the compression kernels on one core, beside memcpy of the same buffer.",
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Buffer size in MiB of f32
+    #[arg(value_name = "SIZE_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    mib: u32,
+    /// Repetitions (the best one counts)
+    #[arg(value_name = "REPS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=10000))]
+    reps: u32,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mib: usize = args.next().map_or(64, |a| a.parse().expect("SIZE_MIB"));
-    let reps: u32 = args.next().map_or(10, |a| a.parse().expect("REPS"));
+    let cli = Cli::parse();
+    let (mib, reps) = (cli.mib as usize, cli.reps);
     let n = mib << 18;
     let bytes = (n * 4) as f64;
     let x: Vec<f32> = (0..n)

@@ -21,6 +21,7 @@ pub fn bin(name: &str) -> String {
         "send_recv_test" => env!("CARGO_BIN_EXE_send_recv_test"),
         "barrier_test" => env!("CARGO_BIN_EXE_barrier_test"),
         "hccl_bench" => env!("CARGO_BIN_EXE_hccl_bench"),
+        "hccl_compress_bench" => env!("CARGO_BIN_EXE_hccl_compress_bench"),
         other => panic!("no binary {other}"),
     }
     .to_string()

@@ -30,15 +30,16 @@ fn old_tcp_rxm(provider: &str, api: u32) -> bool {
 }
 
 /// Sets `FI_OFI_RXM_EAGER_LIMIT` to [`RXM_EAGER_WANTED`] for libfabric `api` < 1.18 unless the
-/// user set it. Must run before libfabric's first `fi_getinfo` (when its providers read their
-/// parameters); the plugin is loaded and initialised once, before any libfabric use.
-pub fn ask_rxm_eager_limit(api: u32) {
+/// user set it; returns whether it did. Runs before libfabric's first `fi_getinfo`, so the value
+/// is in place whenever rxm reads it (1.17 reads it as each endpoint opens).
+pub fn ask_rxm_eager_limit(api: u32) -> bool {
     if api >= (1 << 16 | 18) || std::env::var_os("FI_OFI_RXM_EAGER_LIMIT").is_some() {
-        return;
+        return false;
     }
     // setenv races with getenv in other threads; the host calls init before it starts
-    // collectives, and libfabric reads its parameters in this thread.
+    // collectives, and libfabric reads its parameters in the calling thread.
     std::env::set_var("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_WANTED.to_string());
+    true
 }
 
 /// rxm's eager limit in effect: `FI_OFI_RXM_EAGER_LIMIT` when it holds a number (as rxm parses
@@ -246,7 +247,20 @@ pub fn discover(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
         )));
     }
     // SAFETY: plain query.
-    ask_rxm_eager_limit(unsafe { sys::hno_api_version() });
+    let api = unsafe { sys::hno_api_version() };
+    let asked = ask_rxm_eager_limit(api);
+    let devices = open_first_provider(cfg);
+    // Only rxm over tcp takes an eager limit above its buffer size (over verbs the two must be
+    // equal): with any other provider chosen, the value set above goes before an endpoint opens.
+    let keep = matches!(&devices, Ok(d) if d.iter().any(|d| old_tcp_rxm(&d.provider, api)));
+    if asked && !keep {
+        std::env::remove_var("FI_OFI_RXM_EAGER_LIMIT");
+    }
+    devices
+}
+
+/// Opens the devices of the first provider that works (see [`discover`]).
+fn open_first_provider(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
     let tclass = tclass_of(cfg.traffic_class);
     let forced = std::env::var("FI_PROVIDER").ok().filter(|s| !s.is_empty());
     let candidates: Vec<Option<&str>> = match &forced {

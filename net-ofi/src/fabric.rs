@@ -13,11 +13,45 @@ pub const PREFERRED: [&str; 3] = ["verbs", "efa", "tcp"];
 /// Immediate data the plugin's `iwrite` carries.
 const IMM_BYTES: u64 = 4;
 
-/// Largest message sent as one eager transfer by libfabric's rxm layer with its default
-/// buffer size (`FI_OFI_RXM_BUFFER_SIZE`); larger ones go by its rendezvous protocol.
+/// rxm's default eager limit in libfabric 1.17 (its bounce-buffer size): larger messages go by
+/// its segmentation (SAR) protocol up to 128 KiB, by rendezvous above.
 const RXM_EAGER_BYTES: u64 = 16 << 10;
 
-/// The largest message that is safe on `provider` of libfabric `api` (`FI_VERSION` layout).
+/// rxm's eager limit this plugin asks for (`FI_OFI_RXM_EAGER_LIMIT`) on libfabric < 1.18,
+/// where every message must stay eager ([`safe_max_message`]). Each message costs rxm and the
+/// tcp provider several system calls, so 16 KiB messages bound the link's bandwidth by their
+/// count; over tcp rxm takes an eager limit above its bounce-buffer size. The price is memory:
+/// rxm preposts its receive bounce buffers (128 by default) at this size on every connection.
+pub const RXM_EAGER_WANTED: u64 = 128 << 10;
+
+/// libfabric before 1.18 layers rxm over its first tcp provider (see [`safe_max_message`]).
+fn old_tcp_rxm(provider: &str, api: u32) -> bool {
+    provider == "tcp;ofi_rxm" && api < (1 << 16 | 18)
+}
+
+/// Sets `FI_OFI_RXM_EAGER_LIMIT` to [`RXM_EAGER_WANTED`] for libfabric `api` < 1.18 unless the
+/// user set it; returns whether it did. Runs before libfabric's first `fi_getinfo`, so the value
+/// is in place whenever rxm reads it (1.17 reads it as each endpoint opens).
+pub fn ask_rxm_eager_limit(api: u32) -> bool {
+    if api >= (1 << 16 | 18) || std::env::var_os("FI_OFI_RXM_EAGER_LIMIT").is_some() {
+        return false;
+    }
+    // setenv races with getenv in other threads; the host calls init before it starts
+    // collectives, and libfabric reads its parameters in the calling thread.
+    std::env::set_var("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_WANTED.to_string());
+    true
+}
+
+/// rxm's eager limit in effect: `FI_OFI_RXM_EAGER_LIMIT` when it holds a number (as rxm parses
+/// it), else rxm's default.
+pub fn rxm_eager_limit(env: Option<&str>) -> u64 {
+    env.and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+        .unwrap_or(RXM_EAGER_BYTES)
+}
+
+/// The largest message that is safe on `provider` of libfabric `api` (`FI_VERSION` layout),
+/// given rxm's eager limit `rxm_eager`.
 ///
 /// libfabric before 1.18 layers rxm over its first tcp provider, which serves the peer's RMA
 /// reads of rxm's rendezvous protocol (messages above the eager size) with transfers that carry
@@ -27,10 +61,9 @@ const RXM_EAGER_BYTES: u64 = 16 << 10;
 /// `fi_cq_read`. Keeping every message eager avoids the rendezvous protocol, so nothing without
 /// a context is ever queued. 1.18 replaced that tcp provider with one that marks those
 /// transfers internal.
-pub fn safe_max_message(provider: &str, api: u32, max_msg_size: u64) -> u64 {
-    let old_tcp_rxm = provider == "tcp;ofi_rxm" && api < (1 << 16 | 18);
-    if old_tcp_rxm {
-        max_msg_size.min(RXM_EAGER_BYTES)
+pub fn safe_max_message(provider: &str, api: u32, max_msg_size: u64, rxm_eager: u64) -> u64 {
+    if old_tcp_rxm(provider, api) {
+        max_msg_size.min(rxm_eager)
     } else {
         max_msg_size
     }
@@ -213,6 +246,21 @@ pub fn discover(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
             crate::comm::CONTEXT_BYTES
         )));
     }
+    // SAFETY: plain query.
+    let api = unsafe { sys::hno_api_version() };
+    let asked = ask_rxm_eager_limit(api);
+    let devices = open_first_provider(cfg);
+    // Only rxm over tcp takes an eager limit above its buffer size (over verbs the two must be
+    // equal): with any other provider chosen, the value set above goes before an endpoint opens.
+    let keep = matches!(&devices, Ok(d) if d.iter().any(|d| old_tcp_rxm(&d.provider, api)));
+    if asked && !keep {
+        std::env::remove_var("FI_OFI_RXM_EAGER_LIMIT");
+    }
+    devices
+}
+
+/// Opens the devices of the first provider that works (see [`discover`]).
+fn open_first_provider(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
     let tclass = tclass_of(cfg.traffic_class);
     let forced = std::env::var("FI_PROVIDER").ok().filter(|s| !s.is_empty());
     let candidates: Vec<Option<&str>> = match &forced {
@@ -287,6 +335,7 @@ fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -
             &provider,
             unsafe { sys::hno_api_version() },
             desc.max_msg_size,
+            rxm_eager_limit(std::env::var("FI_OFI_RXM_EAGER_LIMIT").ok().as_deref()),
         );
         devices.push(Arc::new(Device {
             index: devices.len(),
@@ -321,8 +370,9 @@ fn report(devices: &[Arc<Device>], cfg: &NetConfig, label: &str) {
     }
     if let Some(d) = devices.iter().find(|d| d.max_msg < d.desc.max_msg_size) {
         log::info(&format!(
-            "provider {}: messages limited to {} bytes (eager): its rendezvous protocol can \
-             crash libfabric {} when a peer is lost",
+            "provider {}: messages limited to {} bytes (rxm's eager limit, \
+             FI_OFI_RXM_EAGER_LIMIT): its rendezvous protocol can crash libfabric {} when a \
+             peer is lost",
             d.provider,
             d.max_msg,
             // SAFETY: plain query.
@@ -376,11 +426,29 @@ mod tests {
     #[test]
     fn old_tcp_rxm_messages_stay_eager() {
         let v = |minor: u32| 1 << 16 | minor;
-        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), u64::MAX), 16 << 10);
-        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), 4096), 4096);
-        assert_eq!(safe_max_message("tcp;ofi_rxm", v(18), u64::MAX), u64::MAX);
-        assert_eq!(safe_max_message("verbs;ofi_rxm", v(17), 1 << 30), 1 << 30);
-        assert_eq!(safe_max_message("tcp", v(17), 1 << 30), 1 << 30);
+        let e = 128 << 10;
+        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), u64::MAX, e), e);
+        assert_eq!(safe_max_message("tcp;ofi_rxm", v(17), 4096, e), 4096);
+        assert_eq!(
+            safe_max_message("tcp;ofi_rxm", v(18), u64::MAX, e),
+            u64::MAX
+        );
+        assert_eq!(
+            safe_max_message("verbs;ofi_rxm", v(17), 1 << 30, e),
+            1 << 30
+        );
+        assert_eq!(safe_max_message("tcp", v(17), 1 << 30, e), 1 << 30);
+    }
+
+    #[test]
+    fn rxm_eager_limit_follows_the_environment() {
+        assert_eq!(rxm_eager_limit(None), 16 << 10);
+        assert_eq!(rxm_eager_limit(Some("131072")), 128 << 10);
+        assert_eq!(rxm_eager_limit(Some(" 65536 ")), 64 << 10);
+        // What rxm would not take leaves its default in effect.
+        for bad in ["", "0", "64k", "-5", "lots"] {
+            assert_eq!(rxm_eager_limit(Some(bad)), 16 << 10, "{bad}");
+        }
     }
 
     #[test]

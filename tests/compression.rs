@@ -7,8 +7,9 @@
 
 mod common;
 
+use common::compress_checks::*;
 use common::*;
-use hccl::ffi::coll_api::{HcclAllGather, HcclAllReduce};
+use hccl::ffi::coll_api::HcclAllReduce;
 use hccl::ffi::ext_api::*;
 use hccl::ffi::types::*;
 use std::ptr::null_mut;
@@ -38,80 +39,6 @@ fn exact(n: u32, salt: u64, count: usize) -> Vec<f64> {
             *a += v as f64;
         }
     }
-    s
-}
-
-fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - w).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|w| w * w).sum();
-    (num / den).sqrt()
-}
-
-fn config(method: u32, ratio: f32, residual: Option<&mut [f32]>) -> HcclExtCompressConfig {
-    let (ptr, n) = match residual {
-        Some(r) => (r.as_mut_ptr(), r.len() as u64),
-        None => (null_mut(), 0),
-    };
-    HcclExtCompressConfig {
-        method,
-        blockSize: 0,
-        topkRatio: ratio,
-        compressLevel0: 0,
-        residual: ptr,
-        residualCount: n,
-    }
-}
-
-fn allreduce_c(r: &Rank, send: &[f32], out: &mut [f32], cfg: &HcclExtCompressConfig) -> HcclResult {
-    unsafe {
-        HcclExtAllReduceCompressed(
-            send.as_ptr() as *mut _,
-            out.as_mut_ptr() as *mut _,
-            send.len() as u64,
-            FP32,
-            SUM,
-            cfg,
-            r.comm,
-            null_mut(),
-        )
-    }
-}
-
-/// Every rank gathers every rank's `out` and checks that all copies equal its own, byte for
-/// byte.
-fn check_identical(r: &Rank, what: &str, out: &[f32]) {
-    let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut all = vec![0u8; bytes.len() * r.n as usize];
-    let res = unsafe {
-        HcclAllGather(
-            bytes.as_ptr() as *mut _,
-            all.as_mut_ptr() as *mut _,
-            bytes.len() as u64,
-            UINT8,
-            r.comm,
-            null_mut(),
-        )
-    };
-    if !r.ok(res, "HcclAllGather of the results") {
-        return;
-    }
-    for (p, chunk) in all.chunks(bytes.len()).enumerate() {
-        r.check(chunk == bytes, || {
-            format!("{what}: rank {p}'s result differs from this rank's")
-        });
-    }
-}
-
-fn stats(r: &Rank) -> HcclExtCommStats {
-    let mut s = HcclExtCommStats::default();
-    r.ok(
-        unsafe { HcclExtGetCommStats(r.comm, &mut s) },
-        "HcclExtGetCommStats",
-    );
     s
 }
 

@@ -10,33 +10,13 @@
 mod common;
 
 use common::cases::{p, pm};
+use common::mismatch_driver::{self, Case, Links, QUICK_MS};
 use common::*;
 use hccl::ffi::coll_api::*;
-use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
-use std::process::Command;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
 
 use HcclResult::*;
-
-const SCENARIO_VAR: &str = "HCCL_TEST_MISMATCH";
-const RANK_VAR: &str = "HCCL_TEST_MISMATCH_RANK";
-const SIZE_VAR: &str = "HCCL_TEST_MISMATCH_SIZE";
-const ROOT_VAR: &str = "HCCL_TEST_MISMATCH_ROOT";
-/// The exec timeout of every case: a mismatch must be reported long before it.
-const EXEC_TIMEOUT_S: u64 = 60;
-
-/// How the ranks reach each other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Links {
-    /// Threads of one process (memory links).
-    Threads,
-    /// One process per rank over shared memory.
-    Shm,
-    /// One process per rank over TCP.
-    Tcp,
-}
 
 /// The (mismatched) call rank `rank` of `n` makes in `scenario`.
 fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
@@ -131,148 +111,10 @@ fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
     }
 }
 
-/// Runs the scenario on one rank: the mismatched call, then a correct AllReduce, then destroy.
-fn rank_body(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> String {
-    let t0 = Instant::now();
-    let code = call(scenario, rank, n, comm);
-    let ms = t0.elapsed().as_millis();
-    let send = [1.0f32; 7];
-    let mut recv = [0f32; 7];
-    let t1 = Instant::now();
-    let next = unsafe {
-        HcclAllReduce(
-            send.as_ptr() as *mut _,
-            recv.as_mut_ptr() as *mut _,
-            7,
-            FP32,
-            SUM,
-            comm,
-            null_mut(),
-        )
-    };
-    let next_ms = t1.elapsed().as_millis();
-    let destroy = unsafe { HcclCommDestroy(comm) };
-    format!(
-        "RESULT rank={rank} code={} ms={ms} next={} next_ms={next_ms} next_sum={} destroy={}",
-        code as u32, next as u32, recv[0], destroy as u32
-    )
-}
-
-/// A child's work: one rank, or every rank as threads.
-fn child() -> bool {
-    let Ok(scenario) = std::env::var(SCENARIO_VAR) else {
-        return false;
-    };
-    let n: u32 = std::env::var(SIZE_VAR).unwrap().parse().unwrap();
-    let ri = root_info_from_bytes(&hex_decode(&std::env::var(ROOT_VAR).unwrap()));
-    let ranks: Vec<u32> = match std::env::var(RANK_VAR) {
-        Ok(r) => vec![r.parse().unwrap()],
-        Err(_) => (0..n).collect(),
-    };
-    let hs: Vec<_> = ranks
-        .into_iter()
-        .map(|r| {
-            let scenario = scenario.clone();
-            std::thread::spawn(move || {
-                let comm = init_rank(n, &ri, r);
-                rank_body(&scenario, r, n, comm)
-            })
-        })
-        .collect();
-    for h in hs {
-        println!("{}", h.join().unwrap());
-    }
-    true
-}
-
-/// One rank's outcome.
-#[derive(Debug)]
-struct Outcome {
-    rank: u32,
-    code: u32,
-    ms: u128,
-    next: u32,
-    next_ms: u128,
-    destroy: u32,
-}
-
-fn parse(line: &str) -> Option<Outcome> {
-    // libtest may print its own words before ours on the same line.
-    let rest = &line[line.find("RESULT ")? + "RESULT ".len()..];
-    let field = |k: &str| -> Option<u128> {
-        rest.split_whitespace()
-            .find_map(|f| f.strip_prefix(&format!("{k}=")))?
-            .parse()
-            .ok()
-    };
-    Some(Outcome {
-        rank: field("rank")? as u32,
-        code: field("code")? as u32,
-        ms: field("ms")?,
-        next: field("next")? as u32,
-        next_ms: field("next_ms")?,
-        destroy: field("destroy")? as u32,
-    })
-}
-
-/// Runs `scenario` on `n` ranks over `links` (extra `env` for every rank); returns each rank's
-/// outcome and the children's stderr.
-fn run(scenario: &str, n: u32, links: Links, env: &[(&str, &str)]) -> (Vec<Outcome>, String) {
-    let hex = hex_encode(&root_info_bytes(&root_info()));
-    let exe = std::env::current_exe().unwrap();
-    let make = |rank: Option<u32>| {
-        let mut c = Command::new(&exe);
-        c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(SCENARIO_VAR, scenario)
-            .env(SIZE_VAR, n.to_string())
-            .env(ROOT_VAR, &hex)
-            .env("HCCL_EXEC_TIMEOUT", EXEC_TIMEOUT_S.to_string())
-            .env("HCCL_CONNECT_TIMEOUT", "60")
-            .env("ASCEND_GLOBAL_LOG_LEVEL", "3");
-        if let Some(r) = rank {
-            c.env(RANK_VAR, r.to_string());
-        }
-        if links == Links::Tcp {
-            c.env("HCCL_INTRA_ROCE_ENABLE", "1");
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        spawn_piped(c)
-    };
-    let kids: Vec<Spawned> = match links {
-        Links::Threads => vec![make(None)],
-        Links::Shm | Links::Tcp => (0..n).map(|r| make(Some(r))).collect(),
-    };
-    let budget = Duration::from_secs(EXEC_TIMEOUT_S * 3);
-    let mut outcomes = Vec::new();
-    let mut stderr = String::new();
-    for k in kids {
-        let o = k.finish(budget, Vec::new());
-        assert!(
-            o.success,
-            "{scenario} over {links:?}: child failed (code {:?}):\n{}\n{}",
-            o.code,
-            o.stdout,
-            tail(&o.stderr, 6000)
-        );
-        outcomes.extend(o.stdout.lines().filter_map(parse));
-        stderr.push_str(&o.stderr);
-    }
-    outcomes.sort_by_key(|o| o.rank);
-    assert_eq!(
-        outcomes.len(),
-        n as usize,
-        "{scenario} over {links:?}: not every rank reported:\n{outcomes:?}\n{}",
-        tail(&stderr, 6000)
-    );
-    (outcomes, stderr)
-}
-
 /// Every rank fails with `HCCL_E_PARA` long before the exec timeout, the logs name both calls
 /// (`expect` texts), the next call fails at once, and destroying the communicator succeeds.
 fn expect_all_fail(scenario: &str, n: u32, links: Links, env: &[(&str, &str)], expect: &[&str]) {
-    expect_fail(scenario, n, links, env, expect, &[]);
+    mismatch_driver::expect_all_fail(&Case::new(scenario, n, links, env), expect);
 }
 
 /// As [`expect_all_fail`], except that the ranks in `may_succeed` may also return success.
@@ -284,59 +126,13 @@ fn expect_fail(
     expect: &[&str],
     may_succeed: &[u32],
 ) {
-    let (outcomes, stderr) = run(scenario, n, links, env);
-    let what = format!("{scenario} on {n} ranks over {links:?}");
-    for o in &outcomes {
-        let ok = o.code == HCCL_E_PARA as u32
-            || (o.code == HCCL_SUCCESS as u32 && may_succeed.contains(&o.rank));
-        assert!(
-            ok,
-            "{what}: rank {} returned {} (want HCCL_E_PARA):\n{outcomes:?}\n{}",
-            o.rank,
-            o.code,
-            tail(&stderr, 6000)
-        );
-        assert!(
-            o.ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
-            "{what}: rank {} took {} ms",
-            o.rank,
-            o.ms
-        );
-        assert_ne!(
-            o.next, HCCL_SUCCESS as u32,
-            "{what}: rank {}: next call",
-            o.rank
-        );
-        assert!(
-            o.next_ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
-            "{what}: rank {}: next call took {} ms",
-            o.rank,
-            o.next_ms
-        );
-        assert_eq!(o.destroy, HCCL_SUCCESS as u32, "{what}: rank {}", o.rank);
-    }
-    for e in expect {
-        assert!(
-            stderr.contains(e),
-            "{what}: the logs do not say {e:?}:\n{}",
-            tail(&stderr, 6000)
-        );
-    }
-    for r in (0..n).filter(|r| !may_succeed.contains(r)) {
-        assert!(
-            stderr
-                .lines()
-                .any(|l| l.contains(&format!("rank {r}")) && l.contains("operation mismatch")),
-            "{what}: rank {r} logged no mismatch:\n{}",
-            tail(&stderr, 6000)
-        );
-    }
+    mismatch_driver::expect_fail(&Case::new(scenario, n, links, env), expect, may_succeed);
 }
 
 /// The child processes' entry point (does nothing when run as a plain test).
 #[test]
 fn child_entry() {
-    child();
+    mismatch_driver::child(call);
 }
 
 const ALL_LINKS: [Links; 3] = [Links::Threads, Links::Shm, Links::Tcp];
@@ -498,7 +294,7 @@ fn ring_schedules_fail_every_rank() {
 fn broadcast_root_mismatch_on_a_chain() {
     let chain = [("HCCL_ALGO", "broadcast=level0:NA;level1:ring")];
     for links in ALL_LINKS {
-        let (outcomes, stderr) = run("root", 4, links, &chain);
+        let (outcomes, stderr) = mismatch_driver::run(&Case::new("root", 4, links, &chain));
         let what = format!("root on 4 ranks over {links:?}");
         for o in &outcomes {
             assert!(
@@ -508,15 +304,9 @@ fn broadcast_root_mismatch_on_a_chain() {
                 o.code,
                 tail(&stderr, 6000)
             );
-            assert!(
-                o.ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
-                "{what}: {outcomes:?}"
-            );
+            assert!(o.ms < QUICK_MS, "{what}: {outcomes:?}");
             assert_ne!(o.next, HCCL_SUCCESS as u32, "{what}: {outcomes:?}");
-            assert!(
-                o.next_ms < (EXEC_TIMEOUT_S as u128 * 1000) / 3,
-                "{what}: {outcomes:?}"
-            );
+            assert!(o.next_ms < QUICK_MS, "{what}: {outcomes:?}");
             assert_eq!(o.destroy, HCCL_SUCCESS as u32, "{what}: {outcomes:?}");
         }
         for r in [2, 3] {

@@ -10,6 +10,10 @@
 mod common;
 
 use common::cases::*;
+use common::netns_bed::{
+    self, bed, finish_ok as finish_within, job_ranks, job_root_info, kv, ranks_list, wait_line,
+    Bed, NRANKS_VAR as NRANKS, RANKS_VAR as RANKS, ROOT_VAR as ROOT,
+};
 use common::*;
 use hccl::comm::root_info::RootInfo;
 use hccl::ffi::coll_api::*;
@@ -23,9 +27,6 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const ROLE: &str = "HCCL_MH_ROLE";
-const RANKS: &str = "HCCL_MH_RANKS";
-const NRANKS: &str = "HCCL_MH_N";
-const ROOT: &str = "HCCL_MH_ROOT";
 const TABLE: &str = "HCCL_MH_TABLE";
 const CHILD_LIMIT: Duration = Duration::from_secs(40);
 /// Exec timeout of the fault tests, seconds.
@@ -67,68 +68,6 @@ impl Fam {
     }
 }
 
-/// A set of namespaces, removed again on drop (also when the test panics).
-struct Bed {
-    prefix: String,
-    ns: Vec<String>,
-    ip: Vec<String>,
-    /// IPv6 addresses, when the bed was made with `--ipv6`.
-    ip6: Vec<String>,
-    /// The net plugin every rank process loads (with libfabric's tcp provider), if any.
-    plugin: Option<PathBuf>,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/netns.sh")
-}
-
-/// Creates a bed of `k` hosts, or returns `None` (after saying why) when this machine cannot
-/// make network namespaces at all.
-fn bed(k: usize, extra: &[&str]) -> Option<Bed> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip::skip_unless_ci("multi-host tests need root for network namespaces");
-        return None;
-    }
-    let probe = Command::new("ip").args(["netns", "list"]).output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        skip::skip_unless_ci("`ip netns` is unavailable (install iproute2)");
-        return None;
-    }
-    let out = Command::new(script())
-        .arg("up")
-        .arg(k.to_string())
-        .args(["--owner", &std::process::id().to_string()])
-        .args(extra)
-        .output()
-        .expect("run scripts/netns.sh");
-    assert!(
-        out.status.success(),
-        "netns.sh up failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let find = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-    };
-    let get = |key: &str| find(key).unwrap_or_else(|| panic!("netns.sh printed no {key}:\n{text}"));
-    let ip6: Vec<String> = (0..k).filter_map(|i| find(&format!("IP6_{i}"))).collect();
-    assert_eq!(
-        ip6.len(),
-        if extra.contains(&"--ipv6") { k } else { 0 },
-        "IPv6 addresses printed by netns.sh:\n{text}"
-    );
-    Some(Bed {
-        prefix: get("NETNS_PREFIX"),
-        ns: (0..k).map(|i| get(&format!("NS_{i}"))).collect(),
-        ip: (0..k).map(|i| get(&format!("IP_{i}"))).collect(),
-        ip6,
-        plugin: None,
-    })
-}
-
 /// The libfabric net plugin: `HCCL_TEST_NET_PLUGIN`, else `libhccl_net_ofi.so` in this build's
 /// target directory (built by `cargo build -p hccl-net-ofi`).
 fn net_plugin() -> Option<PathBuf> {
@@ -168,111 +107,35 @@ impl Bed {
 
     /// Starts this test binary in host `h` as the rank process of `test` with `env`.
     fn spawn(&self, h: usize, test: &str, env: &[(String, String)]) -> Spawned {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[h]])
-            .arg(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(CHILD_VAR, "1")
-            .env(ROLE, "ranks")
+        let mut c = self.command(h, test);
+        c.env(ROLE, "ranks")
             .env("HCCL_CONNECT_TIMEOUT", "20")
             .env("HCCL_EXEC_TIMEOUT", "30");
-        match &self.plugin {
-            Some(p) => c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp"),
-            // The default, whatever this process was started with.
-            None => c.env_remove("HCCL_NET_PLUGIN").env_remove("FI_PROVIDER"),
-        };
         for (k, v) in env {
             c.env(k, v);
         }
         spawn_piped(c)
     }
-
-    /// Runs a shell command inside host `h`.
-    fn sh(&self, h: usize, cmd: &str) {
-        let st = Command::new("ip")
-            .args(["netns", "exec", &self.ns[h], "sh", "-c", cmd])
-            .status()
-            .expect("ip netns exec");
-        assert!(st.success(), "`{cmd}` in host {h} failed");
-    }
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).args(["down", &self.prefix]).status();
-    }
-}
-
-fn kv(k: &str, v: impl ToString) -> (String, String) {
-    (k.to_string(), v.to_string())
-}
-
-fn ranks_list(r: std::ops::Range<u32>) -> String {
-    r.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
-}
-
-/// Waits for the line starting with `prefix` from a child, within `limit`.
-fn wait_line(s: &Spawned, prefix: &str, limit: Duration, seen: &mut Vec<String>) -> String {
-    let dl = Instant::now() + limit;
-    loop {
-        let left = dl.saturating_duration_since(Instant::now());
-        match s.lines.recv_timeout(left) {
-            Ok(l) => {
-                seen.push(l.clone());
-                // The first line printed shares its line with libtest's "test name ... ".
-                if let Some(i) = l.find(prefix) {
-                    return l[i + prefix.len()..].trim().to_string();
-                }
-            }
-            Err(_) => panic!("no `{prefix}` line within {limit:?}; output so far:\n{seen:#?}"),
-        }
-    }
-}
-
+/// Waits for every host process and asserts that each passed.
 fn finish_ok(kids: Vec<(Spawned, Vec<String>)>, what: &str) -> Vec<ChildOutput> {
-    let dl = Instant::now() + CHILD_LIMIT;
-    let outs: Vec<ChildOutput> = kids
-        .into_iter()
-        .map(|(k, seen)| k.finish(dl.saturating_duration_since(Instant::now()), seen))
-        .collect();
-    for (h, o) in outs.iter().enumerate() {
-        assert!(
-            o.success && o.stdout.contains("1 passed"),
-            "{what}: host {h} failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
-            o.code,
-            o.stdout,
-            tail(&o.stderr, 5000)
-        );
-    }
-    outs
+    finish_within(kids, what, CHILD_LIMIT)
 }
 
-/// Starts one process per host with the ranks `layout[h]`, rendezvousing through a root info
-/// made in host 0, and waits for all of them; returns the root info and every host's output.
+/// Starts one process per host with the ranks `layout[h]` and `env[h]`, rendezvousing through a
+/// root info made in host 0, and waits for all of them; returns the root info and every host's
+/// output.
 fn run_job(
     bed: &Bed,
     test: &str,
     layout: &[std::ops::Range<u32>],
     env: &[Vec<(String, String)>],
 ) -> (RootInfo, Vec<ChildOutput>) {
-    let n = layout.iter().map(|r| r.len() as u32).sum::<u32>();
-    let mut kids = Vec::new();
-    let mut root = String::new();
-    for (h, ranks) in layout.iter().enumerate() {
-        let mut e = vec![kv(RANKS, ranks_list(ranks.clone())), kv(NRANKS, n)];
-        e.push(kv("HCCL_HOST_ID", format!("{}-{h}", bed.prefix)));
+    let (root, outs) = netns_bed::run_job(bed, test, layout, CHILD_LIMIT, |h, mut e| {
         e.extend(env.get(h).cloned().unwrap_or_default());
-        if h > 0 {
-            e.push(kv(ROOT, &root));
-        }
-        let s = bed.spawn(h, test, &e);
-        let mut seen = Vec::new();
-        if h == 0 {
-            root = wait_line(&s, "ROOTINFO", Duration::from_secs(20), &mut seen);
-        }
-        kids.push((s, seen));
-    }
-    let outs = finish_ok(kids, test);
+        bed.spawn(h, test, &e)
+    });
     let info = RootInfo::decode(&hex_decode(&root)).expect("root info printed by host 0");
     (info, outs)
 }
@@ -391,21 +254,12 @@ fn until_failure(rank: u32, comm: HcclComm) {
 
 /// Body of a rank process: creates the communicators of its ranks (threads) and runs `what`.
 fn rank_process(what: &str) {
-    let ranks: Vec<u32> = std::env::var(RANKS)
-        .unwrap()
-        .split(',')
-        .map(|x| x.parse().unwrap())
-        .collect();
-    let n: u32 = std::env::var(NRANKS).unwrap().parse().unwrap();
+    let (ranks, n) = job_ranks();
     let table = std::env::var(TABLE).ok();
     let ri = if table.is_some() {
         None
-    } else if let Ok(hex) = std::env::var(ROOT) {
-        Some(root_info_from_bytes(&hex_decode(&hex)))
     } else {
-        let ri = root_info();
-        println!("ROOTINFO {}", hex_encode(&root_info_bytes(&ri)));
-        Some(ri)
+        Some(job_root_info())
     };
     let what = what.to_string();
     let threads: Vec<_> = ranks

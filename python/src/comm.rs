@@ -27,6 +27,28 @@ use crate::request::Request;
 /// Reduce operator codes of the Python API (`hccl.SUM` ...); AVG is a sum, then a division.
 const AVG: u32 = 4;
 
+/// An operation's arguments without extra buffers or compression (what most operations
+/// need; the others set `ext` or `compress` on top).
+fn op_args(
+    name: &'static str,
+    coll: Coll,
+    dtype: DataType,
+    op: Option<ReduceOp>,
+    send: usize,
+    recv: usize,
+) -> OpArgs {
+    OpArgs {
+        name,
+        coll,
+        dtype,
+        op,
+        send,
+        recv,
+        ext: Vec::new(),
+        compress: None,
+    }
+}
+
 fn reduce_op(op: u32) -> PyResult<(ReduceOp, bool)> {
     match op {
         AVG => Ok((ReduceOp::Sum, true)),
@@ -576,14 +598,15 @@ impl Comm {
             ));
         }
         let args = OpArgs {
-            name: "AllReduce",
-            coll: Coll::AllReduce { count },
-            dtype: dt,
-            op: Some(rop),
-            send: views[0].ptr,
-            recv,
-            ext: Vec::new(),
             compress,
+            ..op_args(
+                "AllReduce",
+                Coll::AllReduce { count },
+                dt,
+                Some(rop),
+                views[0].ptr,
+                recv,
+            )
         };
         self.launch(py, args, views, then, async_op)
     }
@@ -603,16 +626,14 @@ impl Comm {
         let v = view(buf, "buf", self.core.comm.rank() != root)?;
         let dt = elem_type(&v, given, "buf")?;
         let count = v.count(dt, "buf")?;
-        let args = OpArgs {
-            name: "Broadcast",
-            coll: Coll::Broadcast { count, root },
-            dtype: dt,
-            op: None,
-            send: v.ptr,
-            recv: v.ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+        let args = op_args(
+            "Broadcast",
+            Coll::Broadcast { count, root },
+            dt,
+            None,
+            v.ptr,
+            v.ptr,
+        );
         self.launch(py, args, vec![v], None, async_op)
     }
 
@@ -658,16 +679,14 @@ impl Comm {
         } else {
             None
         };
-        let args = OpArgs {
-            name: "Reduce",
-            coll: Coll::Reduce { count, root },
-            dtype: dt,
-            op: Some(rop),
-            send: views[0].ptr,
+        let args = op_args(
+            "Reduce",
+            Coll::Reduce { count, root },
+            dt,
+            Some(rop),
+            views[0].ptr,
             recv,
-            ext: Vec::new(),
-            compress: None,
-        };
+        );
         self.launch(py, args, views, then, async_op)
     }
 
@@ -693,16 +712,14 @@ impl Comm {
             "out",
             "size × buf",
         )?;
-        let args = OpArgs {
-            name: "AllGather",
-            coll: Coll::AllGather { count },
-            dtype: dt,
-            op: None,
-            send: src.ptr,
-            recv: d.ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+        let args = op_args(
+            "AllGather",
+            Coll::AllGather { count },
+            dt,
+            None,
+            src.ptr,
+            d.ptr,
+        );
         self.launch(py, args, vec![src, d], None, async_op)
     }
 
@@ -737,16 +754,14 @@ impl Comm {
         } else {
             None
         };
-        let args = OpArgs {
-            name: "ReduceScatter",
-            coll: Coll::ReduceScatter { count },
-            dtype: dt,
-            op: Some(rop),
-            send: src.ptr,
-            recv: d.ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+        let args = op_args(
+            "ReduceScatter",
+            Coll::ReduceScatter { count },
+            dt,
+            Some(rop),
+            src.ptr,
+            d.ptr,
+        );
         self.launch(py, args, vec![src, d], then, async_op)
     }
 
@@ -777,21 +792,19 @@ impl Comm {
         let c = total / n;
         let counts = vec![c; n];
         let displs: Vec<usize> = (0..n).map(|i| i * c).collect();
-        let args = OpArgs {
-            name: "AlltoAll",
-            coll: Coll::AlltoAllV {
+        let args = op_args(
+            "AlltoAll",
+            Coll::AlltoAllV {
                 send_counts: counts.clone(),
                 send_displs: displs.clone(),
                 recv_counts: counts,
                 recv_displs: displs,
             },
-            dtype: dt,
-            op: None,
-            send: src.ptr,
-            recv: d.ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+            dt,
+            None,
+            src.ptr,
+            d.ptr,
+        );
         self.launch(py, args, vec![src, d], None, async_op)
     }
 
@@ -877,21 +890,19 @@ impl Comm {
             "recv_displs",
             "out",
         )?;
-        let args = OpArgs {
-            name: "AlltoAllV",
-            coll: Coll::AlltoAllV {
+        let args = op_args(
+            "AlltoAllV",
+            Coll::AlltoAllV {
                 send_counts,
                 send_displs: sd,
                 recv_counts,
                 recv_displs: rd,
             },
-            dtype: dt,
-            op: None,
-            send: src.ptr,
-            recv: d.ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+            dt,
+            None,
+            src.ptr,
+            d.ptr,
+        );
         self.launch(py, args, vec![src, d], None, async_op)
     }
 
@@ -928,16 +939,14 @@ impl Comm {
             send = s.ptr;
             views.push(s);
         }
-        let args = OpArgs {
-            name: "Scatter",
-            coll: Coll::Scatter { count, root },
-            dtype: dt,
-            op: None,
+        let args = op_args(
+            "Scatter",
+            Coll::Scatter { count, root },
+            dt,
+            None,
             send,
-            recv: views[0].ptr,
-            ext: Vec::new(),
-            compress: None,
-        };
+            views[0].ptr,
+        );
         self.launch(py, args, views, None, async_op)
     }
 
@@ -997,14 +1006,8 @@ impl Comm {
             ext.push(views[0].ptr);
         }
         let args = OpArgs {
-            name: "Gather",
-            coll: Coll::P2p { items },
-            dtype: DataType::Uint8,
-            op: None,
-            send: 0,
-            recv: 0,
             ext,
-            compress: None,
+            ..op_args("Gather", Coll::P2p { items }, DataType::Uint8, None, 0, 0)
         };
         self.launch(py, args, views, None, async_op)
     }
@@ -1048,16 +1051,7 @@ impl Comm {
     /// Returns once every rank has entered the barrier.
     #[pyo3(signature = (*, async_op=false))]
     pub fn barrier(&self, py: Python<'_>, async_op: bool) -> Ret {
-        let args = OpArgs {
-            name: "Barrier",
-            coll: Coll::Barrier,
-            dtype: DataType::Uint8,
-            op: None,
-            send: 0,
-            recv: 0,
-            ext: Vec::new(),
-            compress: None,
-        };
+        let args = op_args("Barrier", Coll::Barrier, DataType::Uint8, None, 0, 0);
         self.launch(py, args, Vec::new(), None, async_op)
     }
 }

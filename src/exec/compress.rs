@@ -16,9 +16,13 @@
 //! wrong data. Decoding adds into an f32 accumulator with one rounding per addition (never a
 //! fused multiply-add), so every instruction-set level gives bit-identical results; the levels
 //! are the same bodies compiled for baseline x86_64, `avx2`, and `avx2,f16c` (fp16 through the
-//! F16C instructions), chosen once per process at run time as the reduction kernels are.
+//! F16C instructions), plus `avx2,f16c` with int8 written for AVX-512 (`int8_avx512`), chosen
+//! once per process at run time as the reduction kernels are.
 
 use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+mod int8_avx512;
 
 use super::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::base::compress::Method;
@@ -470,6 +474,18 @@ fn available() -> Vec<Kernels> {
             v.push(avx2::kernels("avx2"));
             if is_x86_feature_detected!("f16c") {
                 v.push(avx2_f16c::kernels("avx2+f16c"));
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                {
+                    v.push(Kernels {
+                        int8_encode: int8_avx512::int8_encode,
+                        int8_add: int8_avx512::int8_add,
+                        int8_sub: int8_avx512::int8_sub,
+                        int8_set: int8_avx512::int8_set,
+                        ..avx2_f16c::kernels("avx2+f16c, int8 avx512")
+                    });
+                }
             }
         }
     }
@@ -747,11 +763,13 @@ mod tests {
                 .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
     }
 
-    const METHODS: [Method; 7] = [
+    const METHODS: [Method; 9] = [
         Method::Fp16,
         Method::Bf16,
         Method::Int8 { block: 256 },
         Method::Int8 { block: 7 },
+        Method::Int8 { block: 17 },
+        Method::Int8 { block: 48 },
         Method::TopK { ratio: 0.01 },
         Method::TopK { ratio: 0.3 },
         Method::TopK { ratio: 1.0 },
@@ -799,6 +817,51 @@ mod tests {
                             "{} {m} n={n} accumulate",
                             k.name
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every level writes the same int8 blob bytes as the baseline and decodes it to the same
+    /// bits, for block sizes that are and are not multiples of the vector widths, tails of
+    /// every length, special values, and values that round to ±127 and to ties.
+    #[test]
+    fn int8_blobs_and_decodes_are_byte_identical_across_levels() {
+        let levels = available();
+        let base = &levels[0];
+        let mut s = Scratch::default();
+        for block in [
+            1u32, 2, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 255, 256, 257, 1024,
+        ] {
+            let m = Method::Int8 { block };
+            for n in [1usize, 15, 16, 17, 33, 64, 100, 257, 1000, 2048 + 13] {
+                for specials in [false, true] {
+                    let mut x = values(n, u64::from(block) * 1009 + n as u64, specials);
+                    // Exact ties: with absmax 127, v · 1 lands on k + 0.5.
+                    if n > 4 && !specials {
+                        x[0] = 127.0;
+                        x[1] = 2.5;
+                        x[2] = -3.5;
+                        x[3] = -127.0;
+                    }
+                    let mut want = vec![0u8; blob_len(m, n)];
+                    compress_with(base, m, &x, &mut want, &mut s);
+                    for k in &levels[1..] {
+                        let mut got = vec![0u8; blob_len(m, n)];
+                        compress_with(k, m, &x, &mut got, &mut s);
+                        assert!(got == want, "{} {m} n={n} specials={specials}", k.name);
+                        for md in [ADD, SUB, SET] {
+                            let init: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 5.0).collect();
+                            let (mut a, mut b) = (init.clone(), init);
+                            apply_with(base, m, &want, &mut a, md).unwrap();
+                            apply_with(k, m, &want, &mut b, md).unwrap();
+                            assert!(
+                                a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{} {m} n={n} mode {md}",
+                                k.name
+                            );
+                        }
                     }
                 }
             }

@@ -7,6 +7,9 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod compress_checks;
+pub mod mismatch_driver;
+pub mod netns_bed;
 pub mod skip;
 
 use std::any::Any;

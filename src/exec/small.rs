@@ -224,11 +224,13 @@ unsafe fn exchange(
     let slot = |r: u32| (scratch + r as usize * b) as *mut u8;
     match s.kind {
         Kind::AllReduce | Kind::Barrier => {
+            // A Barrier has no buffers (their addresses may be null): its messages are empty.
+            let src = if b == 0 { nothing } else { send as *mut u8 };
             for p in s.peers() {
                 let tag = tags.to(p, b);
-                // SAFETY: `send` holds `b` bytes (the caller's contract) and stays valid and
+                // SAFETY: `src` holds `b` bytes (the caller's contract) and stays valid and
                 // unmodified until `wait_all` (or its abort) retires the transfer.
-                unsafe { ep.post_send(p, send as *const u8, b, tag) }?;
+                unsafe { ep.post_send(p, src, b, tag) }?;
             }
             for p in s.peers() {
                 let tag = tags.from(p, b);

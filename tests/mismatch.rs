@@ -462,9 +462,9 @@ fn root_mismatch_fails_every_rank() {
     }
 }
 
-/// Small Reduces go whole to the root in one step (the small-message path). The root and the disagreeing leaf fail; a
-/// leaf that agrees exchanged only with the root, so like a Broadcast receiver it may complete
-/// (it has no output), and its next call fails.
+/// Small Reduces go whole to the root in one step (the small-message path). The root and the
+/// disagreeing leaf fail; a leaf that agrees exchanged only with the root, so like a Broadcast
+/// receiver it may complete (it has no output), and its next call fails.
 #[test]
 fn small_reduce_mismatch_fails_the_root_and_the_leaf() {
     for links in ALL_LINKS {

@@ -81,6 +81,27 @@ fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
             ),
             // Every rank believes it is the root.
             "reduce_root" => HcclReduce(sp, rp, 1024, FP32, SUM, rank, comm, null_mut()),
+            // An 8-byte Reduce (gathered whole at the root) whose last rank disagrees.
+            "reduce_small_op" => HcclReduce(
+                sp,
+                rp,
+                2,
+                FP32,
+                if last { MAX } else { SUM },
+                0,
+                comm,
+                null_mut(),
+            ),
+            "reduce_small_count" => HcclReduce(
+                sp,
+                rp,
+                if last { 3 } else { 2 },
+                FP32,
+                SUM,
+                0,
+                comm,
+                null_mut(),
+            ),
             // Rank 0 sends 64 elements, rank 1 receives 32.
             "p2p" => {
                 if rank == 0 {
@@ -234,6 +255,44 @@ fn root_mismatch_fails_every_rank() {
             &[],
             &["called Reduce count=1024 fp32 sum root="],
         );
+    }
+}
+
+/// Small Reduces go whole to the root in one step (the small-message path). The root and the
+/// disagreeing leaf fail; a leaf that agrees exchanged only with the root, so like a Broadcast
+/// receiver it may complete (it has no output), and its next call fails.
+#[test]
+fn small_reduce_mismatch_fails_the_root_and_the_leaf() {
+    for links in ALL_LINKS {
+        for n in [2, 3] {
+            let agreeing_leaves: Vec<u32> = (1..n - 1).collect();
+            expect_fail(
+                "reduce_small_op",
+                n,
+                links,
+                &[],
+                &[
+                    "called Reduce count=2 fp32 ",
+                    " max",
+                    " sum",
+                    "(small path)",
+                ],
+                &agreeing_leaves,
+            );
+            expect_fail(
+                "reduce_small_count",
+                n,
+                links,
+                &[],
+                &[
+                    "called Reduce count=",
+                    "count=2 ",
+                    "count=3 ",
+                    "(small path)",
+                ],
+                &agreeing_leaves,
+            );
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
+use crate::exec::small::{self, Small};
 use crate::exec::trace::{OpTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
@@ -81,6 +82,8 @@ struct PlanData {
     template: OpTag,
     /// What the parts move, for the counters.
     traffic: Traffic,
+    /// The small-message path that runs instead of the parts (which are then empty).
+    small: Option<Small>,
 }
 
 type Plan = Arc<PlanData>;
@@ -924,6 +927,7 @@ impl Communicator {
             .map(|p| p.sched.scratch)
             .max()
             .unwrap_or(0)
+            .max(plan.small.as_ref().map_or(0, Small::scratch_bytes))
             .div_ceil(8);
         if inner.scratch.len() < words {
             inner.scratch.resize(words, 0);
@@ -954,6 +958,11 @@ impl Communicator {
             Some(&plan.inbound),
             &mut inner.p2p,
         );
+        if let Some(s) = &plan.small {
+            return self
+                .run_small(&mut inner.ep, args, s, red, dl, scratch, &mut tags)
+                .map(|()| plan.traffic);
+        }
         if let Some(t) = &self.trace {
             return self
                 .execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
@@ -993,6 +1002,53 @@ impl Communicator {
             })?;
         }
         Ok(plan.traffic)
+    }
+
+    /// Runs `args` on the small-message path (see [`small`]), traced (without steps) when
+    /// tracing is on.
+    #[allow(clippy::too_many_arguments)]
+    fn run_small(
+        &self,
+        ep: &mut Endpoint,
+        args: &OpArgs,
+        s: &Small,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        scratch: usize,
+        tags: &mut OpTags,
+    ) -> Result<()> {
+        let start = self.trace.as_ref().map(|_| Instant::now());
+        // SAFETY: the ffi layer validated the buffers against the operation's counts, and the
+        // scratch holds what the path needs (grown before the call).
+        let r = unsafe { small::run(ep, s, args.send, args.recv, scratch, red, dl, tags) }.map_err(
+            |e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} path)",
+                    self.name,
+                    self.rank,
+                    args.name,
+                    small::ALGO
+                ));
+                if ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            },
+        );
+        if let (Some(t), Some(start)) = (&self.trace, start) {
+            t.record(&OpTrace {
+                op: args.name,
+                dtype: args.dtype.name(),
+                count: element_count(&args.coll, args.dtype.size()),
+                reduce: args.op.map(|o| o.name()),
+                algorithms: &[small::ALGO],
+                start,
+                end: Instant::now(),
+                error: r.as_ref().err().map(|e| e.msg.as_str()),
+                steps: &[],
+            });
+        }
+        r
     }
 
     /// [`execute`](Self::execute)'s run of `plan` with every step timed, and the operation
@@ -1070,6 +1126,9 @@ impl Communicator {
     /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
     fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Result<Plan> {
+        if let Some(plan) = self.small_plan(args) {
+            return Ok(plan);
+        }
         let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
             // Nothing to move, but the ranks must still agree that nothing is what they called:
             // the empty operation runs as a barrier of tagged messages.
@@ -1105,6 +1164,27 @@ impl Communicator {
             inbound,
             template: identity::template(&args.coll),
             traffic,
+            small: None,
+        }))
+    }
+
+    /// The plan of `args` on the small-message path, when it takes it: every rank on one host
+    /// (so every rank decides alike) and no algorithm forced by `HCCL_ALGO`.
+    fn small_plan(&self, args: &OpArgs) -> Option<Plan> {
+        if self.topo.hosts().len() != 1 || self.cfg.algo_spec.forced(&args.coll).is_some() {
+            return None;
+        }
+        let s = Small::of(&args.coll, args.dtype.size(), self.rank, self.size)?;
+        let (sent, recv) = s.traffic();
+        Some(Arc::new(PlanData {
+            parts: Vec::new(),
+            inbound: s.inbound().to_vec(),
+            template: identity::template(&args.coll),
+            traffic: Traffic {
+                sent: [sent, 0],
+                recv: [recv, 0],
+            },
+            small: Some(s),
         }))
     }
 

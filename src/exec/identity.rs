@@ -28,7 +28,9 @@
 //! claims the running operation's place in the sequence but that this operation would never
 //! accept is a mismatch, reported at once. A Broadcast or Scatter rank whose data came only
 //! from agreeing ranks, and which exchanged nothing with a disagreeing one, may still complete
-//! (with correct data); the disagreeing ranks abort the communicator, so its next call fails.
+//! (with correct data), as may a leaf of a small Reduce (sent whole to the root, so it exchanges
+//! with the root alone and has no output); the disagreeing ranks abort the communicator, so its
+//! next call fails.
 
 use crate::algo::{Action, Coll, Schedule};
 use crate::base::dtype::{DataType, ReduceOp};

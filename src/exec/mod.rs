@@ -5,4 +5,5 @@ pub mod compress;
 pub mod executor;
 pub mod identity;
 pub mod reduce;
+pub mod small;
 pub mod trace;

@@ -1,0 +1,378 @@
+//! The small-message path: collectives of at most [`MAX_BYTES`] per rank among ranks of one host
+//! run in one exchange, without a schedule.
+//!
+//! A small operation is bound by the latency of a hop, not by bandwidth, so every rank sends its
+//! whole input straight to the ranks that need it (AllReduce: to everyone; Reduce: to the root)
+//! and posts every receive at once; the shared-memory link carries such a message inline in one
+//! cache line with its flag and tag. What is precomputed per communicator and shape ([`Small`])
+//! leaves the call nothing to build, look up or allocate: it posts its messages, waits once and
+//! finishes locally.
+//!
+//! Results are bit-identical on every rank: a reducing rank gathers every input and combines
+//! them in rank order, `((x0 ∘ x1) ∘ x2) ∘ …`, whichever arrived first.
+//!
+//! Identity is kept as on the generic path (see [`super::identity`]): every message carries the
+//! call's tag (kind, count, type, operator, root, sequence), and every pair of ranks that
+//! exchanges anything exchanges a message in each direction — data both ways for AllReduce and
+//! Barrier; data one way and a notice back for Broadcast, Scatter and Reduce — so a rank that
+//! disagrees fails itself and the peers it talks to with `HCCL_E_PARA`. A rank of a rooted
+//! operation that talks only with the root (a Broadcast or Scatter receiver, a Reduce leaf) and
+//! agrees with it may complete while a disagreeing rank fails; that rank aborts the
+//! communicator, so the agreeing one's next call fails. No rank ever completes with wrong data.
+
+use super::identity::{Inbound, Notice, OpTags};
+use crate::algo::Coll;
+use crate::base::error::Result;
+use crate::transport::{Endpoint, ReduceFn};
+use std::time::Instant;
+
+/// Largest input per rank (bytes) that takes the small path.
+pub const MAX_BYTES: usize = 4096;
+/// Most ranks that take it: each rank posts a message to (and from) every peer at once.
+pub const MAX_RANKS: u32 = 8;
+
+/// Name of the path in traces and logs.
+pub const ALGO: &str = "small";
+
+/// What a small operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    AllReduce,
+    Broadcast { root: u32 },
+    Reduce { root: u32 },
+    Scatter { root: u32 },
+    Barrier,
+}
+
+/// One shape of small operation on one rank, precomputed when its plan is made.
+#[derive(Clone, Debug)]
+pub struct Small {
+    kind: Kind,
+    me: u32,
+    n: u32,
+    /// Bytes per rank: the input of AllReduce and Reduce, the buffer of Broadcast, each rank's
+    /// block of Scatter.
+    bytes: usize,
+    /// What this rank receives from each peer (for examining unclaimed messages).
+    inbound: Vec<Inbound>,
+}
+
+impl Small {
+    /// The small path of `coll` on elements of `elem` bytes for rank `me` of `n`, when it
+    /// applies. The caller must ensure every rank sits on one host and no algorithm is forced:
+    /// every rank must decide alike, so only what every rank agrees on may enter.
+    pub fn of(coll: &Coll, elem: usize, me: u32, n: u32) -> Option<Small> {
+        if !(2..=MAX_RANKS).contains(&n) || me >= n {
+            return None;
+        }
+        let (kind, count) = match *coll {
+            Coll::AllReduce { count } => (Kind::AllReduce, count),
+            Coll::Broadcast { count, root } => (Kind::Broadcast { root }, count),
+            Coll::Reduce { count, root } => (Kind::Reduce { root }, count),
+            Coll::Scatter { count, root } => (Kind::Scatter { root }, count),
+            Coll::Barrier => (Kind::Barrier, 0),
+            _ => return None,
+        };
+        let bytes = count.checked_mul(elem)?;
+        // Empty data operations keep their generic form (a barrier of tagged messages).
+        if (bytes == 0 && kind != Kind::Barrier) || bytes > MAX_BYTES {
+            return None;
+        }
+        if let Kind::Broadcast { root } | Kind::Reduce { root } | Kind::Scatter { root } = kind {
+            if root >= n {
+                return None;
+            }
+        }
+        let mut s = Small {
+            kind,
+            me,
+            n,
+            bytes,
+            inbound: Vec::new(),
+        };
+        s.inbound = s
+            .peers()
+            .filter_map(|p| {
+                let (data, notice) = s.receives_from(p)?;
+                Some(Inbound {
+                    peer: p,
+                    data,
+                    notice,
+                })
+            })
+            .collect();
+        Some(s)
+    }
+
+    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.n).filter(move |&p| p != self.me)
+    }
+
+    fn root(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Broadcast { root } | Kind::Reduce { root } | Kind::Scatter { root } => Some(root),
+            Kind::AllReduce | Kind::Barrier => None,
+        }
+    }
+
+    /// (data, notice) this rank receives from `peer`, if anything.
+    fn receives_from(&self, peer: u32) -> Option<(bool, bool)> {
+        let me_root = self.root() == Some(self.me);
+        match self.kind {
+            Kind::AllReduce | Kind::Barrier => Some((true, false)),
+            Kind::Broadcast { root } | Kind::Scatter { root } => {
+                if me_root {
+                    Some((false, true))
+                } else {
+                    (peer == root).then_some((true, false))
+                }
+            }
+            Kind::Reduce { root } => {
+                if me_root {
+                    Some((true, false))
+                } else {
+                    (peer == root).then_some((false, true))
+                }
+            }
+        }
+    }
+
+    /// What this rank receives from each peer, sorted by peer.
+    pub fn inbound(&self) -> &[Inbound] {
+        &self.inbound
+    }
+
+    /// Scratch bytes a call needs.
+    pub fn scratch_bytes(&self) -> usize {
+        match self.kind {
+            Kind::AllReduce => self.n as usize * self.bytes,
+            Kind::Reduce { root } if root == self.me => self.n as usize * self.bytes,
+            _ => 0,
+        }
+    }
+
+    /// Payload bytes (sent, received) by this rank per call.
+    pub fn traffic(&self) -> (u64, u64) {
+        let b = self.bytes as u64;
+        let others = u64::from(self.n - 1);
+        let me_root = self.root() == Some(self.me);
+        match self.kind {
+            Kind::AllReduce => (others * b, others * b),
+            Kind::Barrier => (0, 0),
+            Kind::Broadcast { .. } | Kind::Scatter { .. } if me_root => (others * b, 0),
+            Kind::Broadcast { .. } | Kind::Scatter { .. } => (0, b),
+            Kind::Reduce { .. } if me_root => (0, others * b),
+            Kind::Reduce { .. } => (b, 0),
+        }
+    }
+}
+
+/// Runs one small operation: posts every message, waits once, finishes locally.
+///
+/// # Safety
+/// `send` and `recv` must be the operation's buffers as validated for its counts (`recv` of a
+/// Reduce leaf and `send` of a Scatter leaf may be unused), `scratch` valid for writes of
+/// [`Small::scratch_bytes`], all of them valid for the duration of the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run(
+    ep: &mut Endpoint,
+    s: &Small,
+    send: usize,
+    recv: usize,
+    scratch: usize,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    let r = unsafe { exchange(ep, s, send, recv, scratch, red, deadline, tags) };
+    if let Err(e) = &r {
+        // Posted transfers must not outlive the call: peers would touch buffers the caller is
+        // about to reuse.
+        if ep.broken().is_none() {
+            ep.abort(e);
+        }
+    }
+    r
+}
+
+/// [`run`] without the abort on failure.
+///
+/// # Safety
+/// As for [`run`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn exchange(
+    ep: &mut Endpoint,
+    s: &Small,
+    send: usize,
+    recv: usize,
+    scratch: usize,
+    red: Option<ReduceFn>,
+    deadline: Option<Instant>,
+    tags: &mut OpTags,
+) -> Result<()> {
+    let b = s.bytes;
+    let me = s.me;
+    // Notices are empty: any valid address will do.
+    let nothing = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    let notice = |peer: u32, send: bool| Notice {
+        step: 0,
+        peer,
+        send,
+        bytes: b,
+    };
+    let slot = |r: u32| (scratch + r as usize * b) as *mut u8;
+    match s.kind {
+        Kind::AllReduce | Kind::Barrier => {
+            // A Barrier has no buffers (their addresses may be null): its messages are empty.
+            let src = if b == 0 { nothing } else { send as *mut u8 };
+            for p in s.peers() {
+                let tag = tags.to(p, b);
+                // SAFETY: `src` holds `b` bytes (the caller's contract) and stays valid and
+                // unmodified until `wait_all` (or its abort) retires the transfer.
+                unsafe { ep.post_send(p, src, b, tag) }?;
+            }
+            for p in s.peers() {
+                let tag = tags.from(p, b);
+                let dst = if b == 0 { nothing } else { slot(p) };
+                // SAFETY: slot `p` of the scratch holds `b` bytes and nobody else touches it
+                // until `wait_all` returns.
+                unsafe { ep.post_recv(p, dst, b, None, tag) }?;
+            }
+            if b > 0 {
+                // SAFETY: the own slot is not posted; `send` may alias `recv`, so it is copied
+                // before `recv` is written.
+                unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
+            }
+            ep.wait_all(deadline, Some(&*tags))?;
+            if s.kind == Kind::AllReduce {
+                // SAFETY: every slot is filled and `recv` holds `b` bytes.
+                unsafe { combine(s, red, recv as *mut u8, slot)? };
+            }
+        }
+        Kind::Reduce { root } if root == me => {
+            for p in s.peers() {
+                // SAFETY: a zero-length transfer never touches its address.
+                unsafe { ep.post_send(p, nothing, 0, tags.notice(&notice(p, true))) }?;
+                let tag = tags.from(p, b);
+                // SAFETY: as for AllReduce.
+                unsafe { ep.post_recv(p, slot(p), b, None, tag) }?;
+            }
+            // SAFETY: as for AllReduce.
+            unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
+            ep.wait_all(deadline, Some(&*tags))?;
+            // SAFETY: as for AllReduce.
+            unsafe { combine(s, red, recv as *mut u8, slot)? };
+        }
+        Kind::Reduce { root } => {
+            // SAFETY: a zero-length transfer never touches its address.
+            unsafe { ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false))) }?;
+            let tag = tags.to(root, b);
+            // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
+            unsafe { ep.post_send(root, send as *const u8, b, tag) }?;
+            ep.wait_all(deadline, Some(&*tags))?;
+        }
+        Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
+            let scatter = matches!(s.kind, Kind::Scatter { .. });
+            for p in s.peers() {
+                // SAFETY: a zero-length transfer never touches its address.
+                unsafe { ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false))) }?;
+                let src = if scatter { send + p as usize * b } else { send };
+                let tag = tags.to(p, b);
+                // SAFETY: the root's buffer holds the block (Scatter: `n` blocks of `b` bytes),
+                // valid and unmodified until `wait_all` retires the transfer.
+                unsafe { ep.post_send(p, src as *const u8, b, tag) }?;
+            }
+            if scatter {
+                // SAFETY: the root's own block and `recv` hold `b` bytes each; `copy` allows
+                // them to overlap.
+                unsafe {
+                    std::ptr::copy((send + me as usize * b) as *const u8, recv as *mut u8, b)
+                };
+            }
+            ep.wait_all(deadline, Some(&*tags))?;
+        }
+        Kind::Broadcast { root } | Kind::Scatter { root } => {
+            // SAFETY: a zero-length transfer never touches its address.
+            unsafe { ep.post_send(root, nothing, 0, tags.notice(&notice(root, true))) }?;
+            let tag = tags.from(root, b);
+            // SAFETY: `recv` holds `b` bytes and nobody else touches it until `wait_all`
+            // returns.
+            unsafe { ep.post_recv(root, recv as *mut u8, b, None, tag) }?;
+            ep.wait_all(deadline, Some(&*tags))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `slot(0) ∘ slot(1) ∘ … ∘ slot(n-1)`, combined in rank order, to `out`.
+///
+/// # Safety
+/// Every slot and `out` must hold `s.bytes` bytes; `out` overlaps no slot.
+unsafe fn combine(
+    s: &Small,
+    red: Option<ReduceFn>,
+    out: *mut u8,
+    slot: impl Fn(u32) -> *mut u8,
+) -> Result<()> {
+    let f = red.ok_or_else(|| {
+        crate::base::error::Error::new(
+            crate::base::error::ErrorKind::Internal,
+            "small reduction without an operator",
+        )
+    })?;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        std::ptr::copy_nonoverlapping(slot(0), out, s.bytes);
+        for r in 1..s.n {
+            f.apply(out, slot(r), s.bytes);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_to_small_operations_among_few_ranks_only() {
+        let ar = |count| Coll::AllReduce { count };
+        assert!(Small::of(&ar(2), 4, 0, 2).is_some());
+        assert!(Small::of(&ar(1024), 4, 1, 8).is_some());
+        assert!(Small::of(&ar(1025), 4, 0, 2).is_none());
+        assert!(Small::of(&ar(0), 4, 0, 2).is_none());
+        assert!(Small::of(&ar(2), 4, 0, 1).is_none());
+        assert!(Small::of(&ar(2), 4, 0, MAX_RANKS + 1).is_none());
+        assert!(Small::of(&Coll::Barrier, 0, 0, 2).is_some());
+        let bc = Coll::Broadcast { count: 4, root: 2 };
+        assert!(Small::of(&bc, 4, 0, 2).is_none());
+        assert!(Small::of(&Coll::AllGather { count: 2 }, 4, 0, 2).is_none());
+    }
+
+    #[test]
+    fn every_pair_that_talks_hears_from_each_other() {
+        // Whatever one side receives from the other, the other receives something back, so a
+        // disagreeing peer is always heard by a rank it exchanges with.
+        let colls = [
+            Coll::AllReduce { count: 2 },
+            Coll::Barrier,
+            Coll::Broadcast { count: 2, root: 1 },
+            Coll::Reduce { count: 2, root: 2 },
+            Coll::Scatter { count: 2, root: 0 },
+        ];
+        for coll in &colls {
+            let n = 4;
+            let plans: Vec<Small> = (0..n).map(|r| Small::of(coll, 4, r, n).unwrap()).collect();
+            for a in 0..n {
+                for b in (0..n).filter(|&b| b != a) {
+                    let ab = plans[a as usize].receives_from(b).is_some();
+                    let ba = plans[b as usize].receives_from(a).is_some();
+                    assert_eq!(ab, ba, "{coll:?}: ranks {a} and {b}");
+                    let ta = plans[a as usize].traffic();
+                    assert!(ta.0 <= 3 * 8 && ta.1 <= 3 * 8);
+                }
+            }
+        }
+    }
+}

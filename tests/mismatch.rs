@@ -158,6 +158,11 @@ fn child_entry() {
 
 const ALL_LINKS: [Links; 3] = [Links::Threads, Links::Shm, Links::Tcp];
 
+/// The scenarios of 1024 elements run on both paths: the small-message path (the default for
+/// calls of at most 4 KiB on one host) and the scheduled path (forcing an algorithm turns the
+/// small path off), so that each keeps its mismatch detection.
+const PATHS: [&[(&str, &str)]; 2] = [&[], &[("HCCL_ALGO", "level0:NA;level1:ring")]];
+
 #[test]
 fn count_mismatch_fails_every_rank() {
     for links in ALL_LINKS {
@@ -179,19 +184,19 @@ fn count_mismatch_fails_every_rank() {
 
 #[test]
 fn operator_mismatch_fails_every_rank() {
-    for links in ALL_LINKS {
+    for (links, env) in ALL_LINKS.into_iter().flat_map(|l| PATHS.map(|e| (l, e))) {
         expect_all_fail(
             "op",
             2,
             links,
-            &[],
+            env,
             &["called AllReduce count=1024 fp32 ", " max", " sum"],
         );
         expect_all_fail(
             "op_after_agreeing",
             2,
             links,
-            &[],
+            env,
             &[
                 "called AllReduce count=1024 fp32 ",
                 " max",
@@ -204,19 +209,19 @@ fn operator_mismatch_fails_every_rank() {
 
 #[test]
 fn dtype_mismatch_fails_every_rank() {
-    for links in ALL_LINKS {
+    for (links, env) in ALL_LINKS.into_iter().flat_map(|l| PATHS.map(|e| (l, e))) {
         expect_all_fail(
             "dtype",
             2,
             links,
-            &[],
+            env,
             &["called AllReduce count=1024 ", "int32", "fp32"],
         );
         expect_all_fail(
             "dtype_after_agreeing",
             2,
             links,
-            &[],
+            env,
             &["called AllReduce count=1024 ", "int32", "fp32"],
         );
     }
@@ -224,12 +229,12 @@ fn dtype_mismatch_fails_every_rank() {
 
 #[test]
 fn kind_mismatch_fails_every_rank() {
-    for links in ALL_LINKS {
+    for (links, env) in ALL_LINKS.into_iter().flat_map(|l| PATHS.map(|e| (l, e))) {
         expect_all_fail(
             "kind",
             2,
             links,
-            &[],
+            env,
             &[
                 "called Broadcast count=1024 fp32 root=0",
                 "called AllReduce count=1024 fp32 sum",
@@ -240,19 +245,19 @@ fn kind_mismatch_fails_every_rank() {
 
 #[test]
 fn root_mismatch_fails_every_rank() {
-    for links in ALL_LINKS {
+    for (links, env) in ALL_LINKS.into_iter().flat_map(|l| PATHS.map(|e| (l, e))) {
         expect_all_fail(
             "root",
             2,
             links,
-            &[],
+            env,
             &["called Broadcast count=1024 fp32 root="],
         );
         expect_all_fail(
             "reduce_root",
             2,
             links,
-            &[],
+            env,
             &["called Reduce count=1024 fp32 sum root="],
         );
     }

@@ -31,6 +31,16 @@ fn call(scenario: &str, rank: u32, n: u32, comm: HcclComm) -> HcclResult {
                 let count = if last { 2 << 20 } else { 1 << 20 };
                 HcclAllReduce(sp, rp, count, FP32, SUM, comm, null_mut())
             }
+            // The last rank's call is just above the small-message limit, the others' within
+            // it: one side runs the small path, the other a schedule.
+            "count_across_paths" => {
+                let count = if last { 1025 } else { 1024 };
+                HcclAllReduce(sp, rp, count, FP32, SUM, comm, null_mut())
+            }
+            "broadcast_count_across_paths" => {
+                let count = if last { 1025 } else { 1024 };
+                HcclBroadcast(rp, count, FP32, 0, comm, null_mut())
+            }
             "op" => HcclAllReduce(
                 sp,
                 rp,
@@ -178,6 +188,31 @@ fn count_mismatch_fails_every_rank() {
                 "count=1048576",
                 "fp32 sum (operation #1)",
             ],
+        );
+    }
+}
+
+/// A call the small-message path takes against one that runs a schedule.
+#[test]
+fn count_mismatch_across_paths_fails_every_rank() {
+    for links in ALL_LINKS {
+        for n in [2, 3] {
+            expect_all_fail(
+                "count_across_paths",
+                n,
+                links,
+                &[],
+                &["called AllReduce count=", "count=1024 ", "count=1025 "],
+            );
+        }
+        let receivers: Vec<u32> = (1..2).collect();
+        expect_fail(
+            "broadcast_count_across_paths",
+            3,
+            links,
+            &[],
+            &["called Broadcast count=", "count=1024 ", "count=1025 "],
+            &receivers,
         );
     }
 }

@@ -14,7 +14,7 @@ use common::*;
 use hccl::ffi::coll_api::HcclAllReduce;
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
-use hccl::transport::shm::SINGLE_COPY_MIN_PEERS;
+use hccl::transport::shm::single_copy_max;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::ptr::null_mut;
@@ -139,7 +139,7 @@ fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
 
 /// [`finish_all`], and when `copy` is given, every communicator of every child logged that its
 /// shared-memory links read large messages single-copy (`true`) or staged (`false`).
-fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<bool>, budget: Duration) {
+fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<&str>, budget: Duration) {
     let deadline = Instant::now() + budget;
     for (rank, k) in kids.into_iter().enumerate() {
         let o = k.finish(
@@ -162,15 +162,15 @@ fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<bool>, budge
         for l in ready {
             assert!(l.contains(links), "rank {rank}: expected {links}: {l}");
         }
-        if let Some(on) = copy {
-            let want = format!("single copy {}", if on { "on" } else { "off" });
+        if let Some(policy) = copy {
+            let want = format!("single copy {policy}");
             let said: Vec<&str> = o
                 .stderr
                 .lines()
                 .filter(|l| l.contains("single copy"))
                 .collect();
             assert!(
-                !said.is_empty() && said.iter().all(|l| l.contains(&want)),
+                !said.is_empty() && said.iter().all(|l| l.trim_end().ends_with(&want)),
                 "rank {rank}: expected {want}: {said:?}"
             );
         }
@@ -246,7 +246,8 @@ fn matrix(r: &Rank) {
 }
 
 /// The matrix on 2 and 4 processes with `HCCL_SHM_SINGLE_COPY` set to `single_copy` (or
-/// unset: single copy only for a rank with two or more shared-memory peers).
+/// unset: single copy at any size for a rank with two or more shared-memory peers, below
+/// `SINGLE_COPY_MAX_ONE_PEER` with one).
 fn matrix_test(test: &str, single_copy: Option<&str>) {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, matrix);
@@ -258,11 +259,16 @@ fn matrix_test(test: &str, single_copy: Option<&str>) {
             .collect();
         let kids = spawn(test, n, 1, &env);
         let peers = (n - 1) as usize;
-        let on = single_copy.map_or(peers >= SINGLE_COPY_MIN_PEERS, |v| v == "1");
+        let below = single_copy_max(single_copy.map(|v| v == "1"), peers);
+        let policy = match below {
+            0 => "off".to_string(),
+            usize::MAX => "on".to_string(),
+            b => format!("on up to {b} bytes"),
+        };
         finish_all_logging(
             kids,
             &format!("(0 memory peers, {} shm peers, 0 network peers)", n - 1),
-            Some(on),
+            Some(&policy),
             Duration::from_secs(240),
         );
     }

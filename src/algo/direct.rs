@@ -300,24 +300,25 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     let blocks = even_blocks(count, n as usize);
     let counts: Vec<usize> = blocks.iter().map(|b| b.1).collect();
     let displs: Vec<usize> = blocks.iter().map(|b| b.0).collect();
-    // Phase 1: my block of the result lands in scratch at offset 0.
+    // Phase 1: my block of the result lands where it ends up on the root (so the root copies
+    // nothing afterwards), in scratch elsewhere.
     let mut rs = reduce_scatter(ctx, &counts, &displs);
     let my = blocks[me as usize];
     let my_bytes = my.1 * es;
     let base = rs.scratch;
+    let (to, off) = if me == root {
+        (Buf::Recv, my.0 * es)
+    } else {
+        (Buf::Scratch, base)
+    };
     for st in &mut rs.steps {
         for a in &mut st.actions {
-            redirect_recv_to_scratch(a, base);
+            move_recv(a, to, off);
         }
     }
     rs.need_scratch(base + blocks[0].1 * es);
-    let mine = Span::new(Buf::Scratch, base, my_bytes);
     let st = rs.step();
     if me == root {
-        st.push(Action::Copy {
-            src: mine,
-            dst: span(Buf::Recv, es, my.0, my.1),
-        });
         for p in (0..n).filter(|&p| p != me) {
             let b = blocks[p as usize];
             st.push(Action::Recv {
@@ -328,7 +329,7 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     } else {
         st.push(Action::Send {
             peer: root,
-            src: mine,
+            src: Span::new(Buf::Scratch, base, my_bytes),
         });
     }
     rs.algo = "direct";
@@ -336,12 +337,13 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     s
 }
 
-/// Moves spans in the output buffer to scratch at `base` (a phase whose result is temporary).
-fn redirect_recv_to_scratch(a: &mut Action, base: usize) {
+/// Moves spans in the output buffer by `off` bytes into `to` (scratch for a phase whose result
+/// is temporary).
+fn move_recv(a: &mut Action, to: Buf, off: usize) {
     let fix = |sp: &mut Span| {
         if sp.buf == Buf::Recv {
-            sp.buf = Buf::Scratch;
-            sp.off += base;
+            sp.buf = to;
+            sp.off += off;
         }
     };
     match a {

@@ -517,16 +517,20 @@ impl Communicator {
             if !local.is_empty() {
                 let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
                 let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
-                let single_copy =
-                    crate::transport::shm::single_copy_wanted(cfg.env.shm_single_copy, local.len());
+                let below =
+                    crate::transport::shm::single_copy_max(cfg.env.shm_single_copy, local.len());
                 log::info!(
                     "comm {name}: rank {rank}: {} shared-memory peer(s), single copy {}",
                     local.len(),
-                    if single_copy { "on" } else { "off" }
+                    match below {
+                        0 => "off".to_string(),
+                        usize::MAX => "on".to_string(),
+                        b => format!("on up to {b} bytes"),
+                    }
                 );
                 let opts = crate::transport::shm::ShmOptions {
                     budget: cfg.buffer_bytes,
-                    single_copy,
+                    single_copy_max: below,
                     crowded: on_host > cores,
                 };
                 for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {

@@ -66,23 +66,36 @@ pub const NSLOTS: usize = 8;
 /// Largest ring per channel: enough to keep staged copies pipelined and cache-resident.
 pub const MAX_RING_BYTES: usize = 1 << 20;
 const MIN_SLOT_BYTES: usize = 4096;
-/// Messages at least this large go single-copy when permitted.
-pub const SINGLE_COPY_MIN: usize = 64 << 10;
-/// Same-host peers a rank needs before it reads single-copy when `HCCL_SHM_SINGLE_COPY` is
-/// unset. With one peer the rank's two staging rings (at most 1 MiB each way) stay in cache, so
-/// staging moves no more bytes through memory than reading the sender's buffer directly (the
-/// source is read and the destination written once either way) and both processes copy at
-/// once, while single copy adds pinning the peer's pages and a kernel copy per 256 KiB-1 MiB
-/// step: with two processes it measured slower (1.1-2x at 2-64 MiB). With more peers the rings
-/// a rank cycles through outgrow the cache, each staged byte costs a memory write and read
-/// more, and single copy stays on.
+/// Messages at least this large go single-copy when permitted. A message that fills only a
+/// slot or two is not pipelined when staged: its two copies run one after the other, and from
+/// 32 KiB the kernel copy's fixed cost (a system call, pinning the pages) is the smaller loss.
+pub const SINGLE_COPY_MIN: usize = 32 << 10;
+/// With one same-host peer and `HCCL_SHM_SINGLE_COPY` unset, messages from
+/// [`SINGLE_COPY_MIN`] up to this size are read single-copy, larger ones staged, unless the peer
+/// sends to this rank at the same time (see `ShmLink::single_copy_for`). Staging costs each
+/// byte two copies, the sender's into the ring and the receiver's out of it; up to 1 MiB the
+/// message fills too few slots for the two to overlap well, and single copy measured 1.2-2x
+/// faster. From 2 MiB a one-way message is faster staged: both processes copy at once, out of
+/// cache-resident rings, where single copy leaves the sender idle.
+pub const SINGLE_COPY_MAX_ONE_PEER: usize = 1 << 20;
+/// Same-host peers a rank needs before it reads every large message single-copy when
+/// `HCCL_SHM_SINGLE_COPY` is unset. With more peers the rings a rank cycles through outgrow
+/// the cache, each staged byte costs a memory write and read more, and single copy pays at any
+/// size.
 pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 
-/// Whether a rank with `peers` same-host peers in other processes reads their large messages
-/// single-copy: as `setting` (`HCCL_SHM_SINGLE_COPY`) says, or when unset, with at least
-/// [`SINGLE_COPY_MIN_PEERS`] of them.
-pub fn single_copy_wanted(setting: Option<bool>, peers: usize) -> bool {
-    setting.unwrap_or(peers >= SINGLE_COPY_MIN_PEERS)
+/// The largest message a rank with `peers` same-host peers in other processes reads
+/// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says
+/// (`0`: none, `1`: any size), or when unset, any size with at least [`SINGLE_COPY_MIN_PEERS`]
+/// of them, up to [`SINGLE_COPY_MAX_ONE_PEER`] with one. Below [`SINGLE_COPY_MIN`] (`0`): single
+/// copy is off.
+pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
+    match setting {
+        Some(false) => 0,
+        Some(true) => usize::MAX,
+        None if peers >= SINGLE_COPY_MIN_PEERS => usize::MAX,
+        None => SINGLE_COPY_MAX_ONE_PEER,
+    }
 }
 /// Bytes a single-copy receive moves per progress call, so other links keep moving meanwhile.
 const CMA_STEP: usize = 1 << 20;
@@ -496,6 +509,9 @@ pub struct ShmLink {
     peer_map: Mapping,
     inp: Channel,
     single_copy: bool,
+    /// Messages from [`SINGLE_COPY_MIN`] up to this size go single-copy (when `single_copy`;
+    /// see `single_copy_for`).
+    single_copy_max: usize,
     stream: TcpStream,
     tx: VecDeque<TxOp>,
     rx: VecDeque<RxOp>,
@@ -515,6 +531,37 @@ impl ShmLink {
         self.single_copy
     }
 
+    /// Whether a `len`-byte send goes single-copy, decided when its first slot is published
+    /// (every transfer of the step is posted by then). Without a size limit, from
+    /// [`SINGLE_COPY_MIN`] up. With one (a single peer), by what the peer sends this rank
+    /// meanwhile: while it sends too and this rank only stores what arrives (an exchange),
+    /// staging would cost both cores two copies per byte, and single copy measured faster at
+    /// every size; one-way sends go single-copy up to the limit; while this rank reduces what
+    /// arrives (AllReduce, Reduce), only below the limit, so ring AllReduce's chunks of at least
+    /// 1 MiB stay staged (single copy measured 8-12% slower there: the receiver reads them
+    /// through a stage chunk).
+    fn single_copy_for(&self, len: usize) -> bool {
+        if !self.single_copy || len < SINGLE_COPY_MIN || self.single_copy_max < SINGLE_COPY_MIN {
+            return false;
+        }
+        if self.single_copy_max == usize::MAX {
+            return true;
+        }
+        let (mut exchange, mut reducing) = (false, false);
+        for r in self.rx.iter().filter(|r| r.got < r.len) {
+            if r.reduce.is_some() {
+                reducing = true;
+            } else {
+                exchange = true;
+            }
+        }
+        if reducing {
+            len < self.single_copy_max
+        } else {
+            exchange || len <= self.single_copy_max
+        }
+    }
+
     fn progress_tx(&mut self) -> bool {
         if self.tx.is_empty() {
             // Nothing to publish or retire: leave the receiver's `consumed` line alone.
@@ -525,6 +572,9 @@ impl ShmLink {
         for i in 0..self.tx.len() {
             if self.tx[i].published {
                 continue;
+            }
+            if self.tx[i].off == 0 {
+                self.tx[i].cma = self.single_copy_for(self.tx[i].len);
             }
             loop {
                 if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -864,7 +914,8 @@ impl Link for ShmLink {
             len,
             tag,
             off: 0,
-            cma: self.single_copy && len >= SINGLE_COPY_MIN,
+            // Decided at the first slot (`single_copy_for`).
+            cma: false,
             published: false,
             last_slot: 0,
         });
@@ -947,8 +998,9 @@ pub enum Attached {
 pub struct ShmOptions {
     /// Staging budget for this rank's outbound rings (`HCCL_BUFFSIZE`).
     pub budget: usize,
-    /// Whether large messages may be read straight from the sender (`HCCL_SHM_SINGLE_COPY`).
-    pub single_copy: bool,
+    /// Messages from [`SINGLE_COPY_MIN`] bytes up to this size are read straight from the
+    /// sender where the kernel allows it (see [`single_copy_max`]).
+    pub single_copy_max: usize,
     /// Whether the host runs more ranks than it has cores.
     pub crowded: bool,
 }
@@ -1079,8 +1131,8 @@ pub fn introduce(
         })?;
         let got = match attach(&hello) {
             Ok(m) => {
-                let cma =
-                    opts.single_copy && cma::probe(hello.pid as i32, hello.probe as usize, MAGIC);
+                let cma = opts.single_copy_max >= SINGLE_COPY_MIN
+                    && cma::probe(hello.pid as i32, hello.probe as usize, MAGIC);
                 Some((hello, m, cma))
             }
             Err(e) => {
@@ -1129,6 +1181,7 @@ pub fn introduce(
                         peer_map,
                         inp,
                         single_copy: answer[1] == 1,
+                        single_copy_max: opts.single_copy_max,
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),
@@ -1162,10 +1215,14 @@ mod tests {
     }
 
     fn links(budget: usize, single_copy: bool) -> (Box<ShmLink>, Box<ShmLink>) {
+        links_max(budget, if single_copy { usize::MAX } else { 0 })
+    }
+
+    fn links_max(budget: usize, max: usize) -> (Box<ShmLink>, Box<ShmLink>) {
         let (a, b) = pair();
         let opts = ShmOptions {
             budget,
-            single_copy,
+            single_copy_max: max,
             crowded: false,
         };
         let dl = Instant::now() + Duration::from_secs(20);
@@ -1353,12 +1410,89 @@ mod tests {
     }
 
     #[test]
-    fn single_copy_by_default_only_with_several_peers() {
-        assert!(!single_copy_wanted(None, 1));
-        assert!(single_copy_wanted(None, 2));
-        assert!(single_copy_wanted(None, 7));
-        assert!(single_copy_wanted(Some(true), 1));
-        assert!(!single_copy_wanted(Some(false), 7));
+    fn single_copy_by_default_capped_with_one_peer() {
+        assert_eq!(single_copy_max(None, 1), SINGLE_COPY_MAX_ONE_PEER);
+        assert_eq!(single_copy_max(None, 2), usize::MAX);
+        assert_eq!(single_copy_max(None, 7), usize::MAX);
+        assert_eq!(single_copy_max(Some(true), 1), usize::MAX);
+        assert_eq!(single_copy_max(Some(false), 7), 0);
+    }
+
+    #[test]
+    fn single_copy_up_to_its_limit_and_in_plain_exchanges() {
+        let max = SINGLE_COPY_MAX_ONE_PEER;
+        let (mut a, mut b) = links_max(1 << 20, max);
+        assert!(a.single_copy() && b.single_copy());
+        // One way: the size alone decides (a staged message that fits the ring is published
+        // and retired at once; the others wait in the queue).
+        let cases = [
+            (SINGLE_COPY_MIN - 4, false),
+            (SINGLE_COPY_MIN, true),
+            (max, true),
+            (max + 4, false),
+        ];
+        for (k, &(len, want)) in cases.iter().enumerate() {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send(src.as_ptr(), len, T).unwrap();
+                b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
+                    .unwrap();
+            }
+            assert!(a.progress_tx());
+            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{len} bytes");
+            drive(&mut a, &mut b).unwrap();
+            assert!(src == dst, "{len} bytes");
+        }
+        // Both ways at once: single copy at any size when the receives store; when they reduce,
+        // only below the limit.
+        for (len, reducing, want) in [
+            (max + 4, false, true),
+            (max + 4, true, false),
+            (max, true, false),
+            (max / 2, true, true),
+        ] {
+            let (sa, sb) = (vec![1u8; len], vec![2u8; len]);
+            let (mut da, mut db) = (vec![0u8; len], vec![0u8; len]);
+            let reduce =
+                reducing.then(|| crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum));
+            let (mut sha, mut shb) = (Shared::default(), Shared::default());
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send(sa.as_ptr(), len, T).unwrap();
+                b.post_send(sb.as_ptr(), len, T).unwrap();
+                a.post_recv(da.as_mut_ptr(), len, reduce, T, &mut sha)
+                    .unwrap();
+                b.post_recv(db.as_mut_ptr(), len, reduce, T, &mut shb)
+                    .unwrap();
+            }
+            assert!(a.progress_tx());
+            let cma = a.tx.front().is_some_and(|op| op.cma);
+            assert_eq!(cma, want, "{len} bytes, reducing={reducing}");
+            drive(&mut a, &mut b).unwrap();
+            assert!(da.iter().all(|&v| v == 2) && db.iter().all(|&v| v == 1));
+        }
+        let big = max + 4;
+        // Without a limit every size from the minimum goes single-copy, reducing or not.
+        let (mut a, mut b) = links(1 << 20, true);
+        let (sa, sb) = (vec![1u8; big], vec![2u8; big]);
+        let (mut da, mut db) = (vec![0u8; big], vec![0u8; big]);
+        let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        let (mut sha, mut shb) = (Shared::default(), Shared::default());
+        // SAFETY: buffers outlive the drive below.
+        unsafe {
+            a.post_send(sa.as_ptr(), big, T).unwrap();
+            b.post_send(sb.as_ptr(), big, T).unwrap();
+            a.post_recv(da.as_mut_ptr(), big, Some(sum), T, &mut sha)
+                .unwrap();
+            b.post_recv(db.as_mut_ptr(), big, Some(sum), T, &mut shb)
+                .unwrap();
+        }
+        assert!(a.progress_tx());
+        assert!(a.tx[0].cma);
+        drive(&mut a, &mut b).unwrap();
+        assert!(da.iter().all(|&v| v == 2) && db.iter().all(|&v| v == 1));
     }
 
     #[test]

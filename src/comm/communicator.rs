@@ -28,7 +28,7 @@ use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
 use crate::exec::small::{self, Small};
-use crate::exec::trace::{OpTrace, Tracer};
+use crate::exec::trace::{OpTrace, PeerTraffic, StepTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::inproc::InprocFabric;
@@ -1008,8 +1008,8 @@ impl Communicator {
         Ok(plan.traffic)
     }
 
-    /// Runs `args` on the small-message path (see [`small`]), traced (without steps) when
-    /// tracing is on.
+    /// Runs `args` on the small-message path (see [`small`]), traced as one step (its single
+    /// exchange) when tracing is on.
     #[allow(clippy::too_many_arguments)]
     fn run_small(
         &self,
@@ -1040,6 +1040,19 @@ impl Communicator {
             },
         );
         if let (Some(t), Some(start)) = (&self.trace, start) {
+            let end = Instant::now();
+            let peers = s
+                .partners()
+                .map(|peer| {
+                    let (sent, received) = s.traffic_with(peer);
+                    PeerTraffic {
+                        peer,
+                        sent,
+                        received,
+                        link: ep.link_info(peer),
+                    }
+                })
+                .collect();
             t.record(&OpTrace {
                 op: args.name,
                 dtype: args.dtype.name(),
@@ -1047,9 +1060,9 @@ impl Communicator {
                 reduce: args.op.map(|o| o.name()),
                 algorithms: &[small::ALGO],
                 start,
-                end: Instant::now(),
+                end,
                 error: r.as_ref().err().map(|e| e.msg.as_str()),
-                steps: &[],
+                steps: &[StepTrace { start, end, peers }],
             });
         }
         r

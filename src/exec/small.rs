@@ -151,6 +151,28 @@ impl Small {
         }
     }
 
+    /// Payload bytes (sent, received) between this rank and `peer` per call.
+    pub fn traffic_with(&self, peer: u32) -> (u64, u64) {
+        let b = self.bytes as u64;
+        let root = self.root();
+        match self.kind {
+            _ if peer == self.me || peer >= self.n => (0, 0),
+            Kind::AllReduce | Kind::Barrier => (b, b),
+            Kind::Broadcast { .. } | Kind::Scatter { .. } if root == Some(self.me) => (b, 0),
+            Kind::Broadcast { .. } | Kind::Scatter { .. } if root == Some(peer) => (0, b),
+            Kind::Reduce { .. } if root == Some(self.me) => (0, b),
+            Kind::Reduce { .. } if root == Some(peer) => (b, 0),
+            _ => (0, 0),
+        }
+    }
+
+    /// The peers this rank exchanges anything with (data or notices), in rank order.
+    pub fn partners(&self) -> impl Iterator<Item = u32> + '_ {
+        let root = self.root();
+        self.peers()
+            .filter(move |&p| root.is_none() || root == Some(self.me) || root == Some(p))
+    }
+
     /// Payload bytes (sent, received) by this rank per call.
     pub fn traffic(&self) -> (u64, u64) {
         let b = self.bytes as u64;
@@ -348,6 +370,31 @@ mod tests {
         let bc = Coll::Broadcast { count: 4, root: 2 };
         assert!(Small::of(&bc, 4, 0, 2).is_none());
         assert!(Small::of(&Coll::AllGather { count: 2 }, 4, 0, 2).is_none());
+    }
+
+    #[test]
+    fn per_peer_traffic_adds_up_and_names_every_partner() {
+        let colls = [
+            Coll::AllReduce { count: 3 },
+            Coll::Barrier,
+            Coll::Broadcast { count: 3, root: 1 },
+            Coll::Reduce { count: 3, root: 2 },
+            Coll::Scatter { count: 3, root: 0 },
+        ];
+        for coll in &colls {
+            for me in 0..4 {
+                let s = Small::of(coll, 4, me, 4).unwrap();
+                let partners: Vec<u32> = s.partners().collect();
+                let heard: Vec<u32> = s.inbound().iter().map(|i| i.peer).collect();
+                assert_eq!(partners, heard, "{coll:?} rank {me}");
+                let (sent, recv) = partners
+                    .iter()
+                    .map(|&p| s.traffic_with(p))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+                assert_eq!((sent, recv), s.traffic(), "{coll:?} rank {me}");
+                assert_eq!(s.traffic_with(me), (0, 0));
+            }
+        }
     }
 
     #[test]

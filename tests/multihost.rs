@@ -750,11 +750,11 @@ fn assert_plugin_used(outs: &[ChildOutput]) {
             tail(&o.stderr, 3000)
         );
         // Where libfabric (< 1.18) caps messages at rxm's eager limit, the plugin raises that
-        // limit to 128 KiB unless the environment sets it.
+        // limit to 256 KiB unless the environment sets it.
         if std::env::var_os("FI_OFI_RXM_EAGER_LIMIT").is_none() {
             if let Some(i) = o.stderr.find("messages limited to ") {
                 assert!(
-                    o.stderr[i..].starts_with("messages limited to 131072 bytes"),
+                    o.stderr[i..].starts_with("messages limited to 262144 bytes"),
                     "host {h}: the plugin did not raise rxm's eager limit:\n{}",
                     tail(&o.stderr, 3000)
                 );

@@ -61,8 +61,8 @@ fn run_case(case: &str) {
     eprintln!("case {case}: provider {provider}, largest message {max}, {VAR}={var:?}");
     match case {
         "tcp" if provider == "tcp;ofi_rxm" && old_libfabric() => {
-            assert_eq!(var.as_deref(), Some("131072"));
-            assert_eq!(max, 128 << 10);
+            assert_eq!(var.as_deref(), Some("262144"));
+            assert_eq!(max, 256 << 10);
         }
         "user" if provider == "tcp;ofi_rxm" && old_libfabric() => {
             assert_eq!(var.as_deref(), Some("65536"));

@@ -907,8 +907,9 @@ mod tests {
     #[test]
     fn slots_follow_the_device_largest_message() {
         assert_eq!(slot_layout(u64::MAX), Some((MAX_SLOT_BYTES, MIN_SLOTS)));
-        // libfabric 1.17's tcp;ofi_rxm: 128 KiB messages (the eager limit the plugin sets),
-        // 16 slots keep 2 MiB in flight; 16 KiB (rxm's default) takes 128 slots.
+        // libfabric 1.17's tcp;ofi_rxm: 256 KiB messages (the eager limit the plugin sets),
+        // 8 slots keep 2 MiB in flight; 16 KiB (rxm's default) takes 128 slots.
+        assert_eq!(slot_layout(256 << 10), Some((256 << 10, 8)));
         assert_eq!(slot_layout(128 << 10), Some((128 << 10, 16)));
         assert_eq!(slot_layout(16 << 10), Some((16 << 10, 128)));
         // Rounded down to whole 64-byte lines.

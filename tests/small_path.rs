@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::rounding::{self, combine, encode};
 use common::*;
 use hccl::ffi::coll_api::{HcclAllReduce, HcclReduce};
 use hccl::ffi::comm_api::*;
@@ -16,39 +17,9 @@ const DTYPES: [u32; 4] = [FP16, BF16, FP32, FP64];
 /// Largest input that takes the path.
 const MAX_BYTES: usize = 4096;
 
-/// Element `i` of `rank`'s input: random sign, magnitude and mantissa, so sums and products
-/// round. Sums: magnitudes 2⁻⁶…2¹⁰; products: 0.5…2.
+/// Element `i` of `rank`'s input (see [`rounding::value`]).
 fn value(dt: u32, op: u32, rank: u32, i: usize) -> f64 {
-    let h = mix(seed(&[dt as u64, op as u64, rank as u64, i as u64, 0x5a11]));
-    let mant = 1.0 + (h >> 11) as f64 / (1u64 << 53) as f64;
-    let sign = if h & 1 == 1 { -1.0 } else { 1.0 };
-    match op {
-        SUM => sign * mant * ((((h >> 1) % 17) as f64) - 6.0).exp2(),
-        _ => mant * if h & 2 == 2 { 0.5 } else { 1.0 },
-    }
-}
-
-fn encode(dt: u32, v: f64) -> u64 {
-    match dt {
-        FP16 => f32_to_f16(v as f32) as u64,
-        BF16 => f32_to_bf16(v as f32) as u64,
-        FP32 => (v as f32).to_bits() as u64,
-        _ => v.to_bits(),
-    }
-}
-
-/// `a op b` rounded once to `dt`.
-fn combine(dt: u32, op: u32, a: u64, b: u64) -> u64 {
-    let f = |x: f32, y: f32| if op == SUM { x + y } else { x * y };
-    match dt {
-        FP16 => f32_to_f16(f(f16_to_f32(a as u16), f16_to_f32(b as u16))) as u64,
-        BF16 => f32_to_bf16(f(bf16_to_f32(a as u16), bf16_to_f32(b as u16))) as u64,
-        FP32 => f(f32::from_bits(a as u32), f32::from_bits(b as u32)).to_bits() as u64,
-        _ => {
-            let (x, y) = (f64::from_bits(a), f64::from_bits(b));
-            (if op == SUM { x + y } else { x * y }).to_bits()
-        }
-    }
+    rounding::value(&[dt as u64, op as u64, rank as u64, i as u64, 0x5a11], op)
 }
 
 fn input(dt: u32, op: u32, rank: u32, count: usize) -> Vec<u64> {

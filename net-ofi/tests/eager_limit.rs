@@ -3,20 +3,11 @@
 //! provider is chosen. Each case initialises the plugin once, so each runs in its own process
 //! (this test binary, started again with `EAGER_CASE` set).
 
+mod common;
+
+use common::{collect, LOG};
 use hccl_net_ofi::abi::{code, NetProperties};
-use std::ffi::{c_char, c_int, c_void, CStr};
 use std::process::Command;
-use std::sync::Mutex;
-
-static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-unsafe extern "C" fn collect(_ctx: *mut c_void, _level: c_int, msg: *const c_char) {
-    // SAFETY: the plugin passes a NUL-terminated line.
-    let line = unsafe { CStr::from_ptr(msg) }
-        .to_string_lossy()
-        .into_owned();
-    LOG.lock().unwrap().push(line);
-}
 
 const CASE: &str = "EAGER_CASE";
 const VAR: &str = "FI_OFI_RXM_EAGER_LIMIT";

@@ -1,24 +1,17 @@
 //! The plugin in one process through its C entry points: several comms driven from several
 //! threads at once, each pair checking every byte it receives.
 
+mod common;
+
+use common::{collect, LOG};
 use hccl_net_ofi::abi::{code, NetHandle, NetProperties, PluginV1, HANDLE_BYTES};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Hang guard only; every wait normally ends in milliseconds.
 const DEADLINE: Duration = Duration::from_secs(120);
-
-static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-unsafe extern "C" fn collect(_ctx: *mut c_void, _level: c_int, msg: *const c_char) {
-    // SAFETY: the plugin passes a NUL-terminated line.
-    let line = unsafe { CStr::from_ptr(msg) }
-        .to_string_lossy()
-        .into_owned();
-    LOG.lock().unwrap().push(line);
-}
 
 fn plugin() -> &'static PluginV1 {
     static P: OnceLock<&'static PluginV1> = OnceLock::new();

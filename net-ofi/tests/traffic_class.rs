@@ -1,19 +1,10 @@
 //! HCCL_RDMA_TC and HCCL_RDMA_SL given at init: applied where the provider takes them, else
 //! reported as ignored, never silently dropped. (Its own test binary: init happens once.)
 
+mod common;
+
+use common::{collect, LOG};
 use hccl_net_ofi::abi::{code, NetConfig, NetProperties, UNSET};
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::Mutex;
-
-static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-unsafe extern "C" fn collect(_ctx: *mut c_void, _level: c_int, msg: *const c_char) {
-    // SAFETY: the plugin passes a NUL-terminated line.
-    let line = unsafe { CStr::from_ptr(msg) }
-        .to_string_lossy()
-        .into_owned();
-    LOG.lock().unwrap().push(line);
-}
 
 #[test]
 fn traffic_class_and_service_level_are_applied_or_reported_ignored() {

@@ -10,6 +10,7 @@ pub mod cases;
 pub mod compress_checks;
 pub mod mismatch_driver;
 pub mod netns_bed;
+pub mod rounding;
 pub mod skip;
 
 use std::any::Any;

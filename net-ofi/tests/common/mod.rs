@@ -2,8 +2,25 @@
 
 #![allow(dead_code)]
 
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// Every line the plugin logged through [`collect`].
+pub static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The plugin's logger for tests: keeps each line in [`LOG`].
+///
+/// # Safety
+/// `msg` must be a NUL-terminated string (the plugin's contract).
+pub unsafe extern "C" fn collect(_ctx: *mut c_void, _level: c_int, msg: *const c_char) {
+    // SAFETY: the caller passes a NUL-terminated line.
+    let line = unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned();
+    LOG.lock().unwrap().push(line);
+}
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

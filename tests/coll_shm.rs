@@ -246,8 +246,8 @@ fn matrix(r: &Rank) {
 }
 
 /// The matrix on 2 and 4 processes with `HCCL_SHM_SINGLE_COPY` set to `single_copy` (or
-/// unset: single copy at any size for a rank with two or more shared-memory peers, below
-/// `SINGLE_COPY_MAX_ONE_PEER` with one).
+/// unset: single copy at any size for a rank with two or more shared-memory peers; with one,
+/// in exchanges and in operations up to `SINGLE_COPY_MAX_ONE_PEER`).
 fn matrix_test(test: &str, single_copy: Option<&str>) {
     if let Some((rank, n, comms)) = child() {
         return run_child(rank, n, comms, matrix);
@@ -263,7 +263,7 @@ fn matrix_test(test: &str, single_copy: Option<&str>) {
         let policy = match below {
             0 => "off".to_string(),
             usize::MAX => "on".to_string(),
-            b => format!("on up to {b} bytes"),
+            b => format!("on for exchanges and operations up to {b} bytes"),
         };
         finish_all_logging(
             kids,

@@ -228,7 +228,7 @@ pub struct EnvConfig {
     /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): whether the shared-memory link copies large
     /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
     /// through the staging rings. Unset (`None`): the link decides by the number of peers and the
-    /// message size (see `transport::shm::single_copy_max`).
+    /// operation's size (see `transport::shm::single_copy_max`).
     pub shm_single_copy: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).

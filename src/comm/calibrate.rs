@@ -15,7 +15,7 @@ use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::Result;
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::OpTags;
-use crate::transport::Endpoint;
+use crate::transport::{Endpoint, SendHint};
 
 /// Probe sizes in bytes and repetitions of each.
 const SMALL: usize = 8;
@@ -83,6 +83,7 @@ pub fn calibrate(
         recv: recv.as_mut_ptr() as usize,
         scratch: 0,
         ext: Vec::new(),
+        send_hint: SendHint::default(),
     };
     let small = time_exchange(ep, ctx, &bufs, SMALL, SMALL_REPS, deadline)?;
     let large = time_exchange(ep, ctx, &bufs, LARGE, LARGE_REPS, deadline)?;
@@ -104,6 +105,7 @@ pub fn calibrate(
         recv: all.as_mut_ptr() as usize,
         scratch: scratch.as_mut_ptr() as usize,
         ext: Vec::new(),
+        send_hint: SendHint::default(),
     };
     let red = executor::reduce_fn(DataType::Fp64, ReduceOp::Max);
     // SAFETY: 32-byte input and output and the schedule's scratch, alive for the call.

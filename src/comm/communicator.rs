@@ -37,7 +37,7 @@ use crate::transport::local::LocalLink;
 use crate::transport::tag::{OpTag, Tag};
 use crate::transport::tcp::TcpLink;
 use crate::transport::{plugin, plugin_link};
-use crate::transport::{Endpoint, Link, Reach};
+use crate::transport::{Endpoint, Link, Reach, SendHint};
 
 /// One collective call with its buffers, after argument validation.
 #[derive(Clone, Debug)]
@@ -84,6 +84,9 @@ struct PlanData {
     traffic: Traffic,
     /// The small-message path that runs instead of the parts (which are then empty).
     small: Option<Small>,
+    /// What the parts' sends tell their links: the whole operation's size, which segments and
+    /// pipelined chunks do not show.
+    send_hint: SendHint,
 }
 
 type Plan = Arc<PlanData>;
@@ -525,7 +528,7 @@ impl Communicator {
                     match below {
                         0 => "off".to_string(),
                         usize::MAX => "on".to_string(),
-                        b => format!("on up to {b} bytes"),
+                        b => format!("on for exchanges and operations up to {b} bytes"),
                     }
                 );
                 let opts = crate::transport::shm::ShmOptions {
@@ -978,6 +981,7 @@ impl Communicator {
                 recv: args.recv + part.recv_off,
                 scratch,
                 ext: args.ext.clone(),
+                send_hint: plan.send_hint,
             };
             // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
             // every segment addresses a slice of the operation's buffers.
@@ -1091,6 +1095,7 @@ impl Communicator {
                 recv: args.recv + part.recv_off,
                 scratch,
                 ext: args.ext.clone(),
+                send_hint: plan.send_hint,
             };
             // SAFETY: as in `execute`.
             res = unsafe {
@@ -1182,6 +1187,9 @@ impl Communicator {
             template: identity::template(&args.coll),
             traffic,
             small: None,
+            send_hint: SendHint {
+                op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
+            },
         }))
     }
 
@@ -1202,6 +1210,7 @@ impl Communicator {
                 recv: [recv, 0],
             },
             small: Some(s),
+            send_hint: SendHint::default(),
         }))
     }
 

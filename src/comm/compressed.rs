@@ -14,7 +14,7 @@ use crate::exec::identity::{self, Inbound, OpTags};
 use crate::exec::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16, reduce_inplace};
 use crate::exec::trace::StepTrace;
 use crate::transport::tag::{OpKind, OpTag};
-use crate::transport::Endpoint;
+use crate::transport::{Endpoint, SendHint};
 
 use super::stats::Traffic;
 
@@ -439,6 +439,7 @@ pub unsafe fn run(
         recv,
         scratch: 0,
         ext: vec![data.blobs],
+        send_hint: SendHint::default(),
     };
     let mut transfer = |i: usize| {
         // SAFETY: the step's spans lie inside `send`/`recv` (count elements) and the workspace

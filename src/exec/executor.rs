@@ -8,7 +8,7 @@ use super::trace::{PeerTraffic, StepTrace};
 use crate::algo::{Action, Buf, Schedule, Span};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
-use crate::transport::{Endpoint, ReduceFn};
+use crate::transport::{Endpoint, ReduceFn, SendHint};
 
 /// Base addresses of the buffers a schedule refers to.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +21,8 @@ pub struct Buffers {
     pub scratch: usize,
     /// Extra buffers (`Buf::Ext(i)`).
     pub ext: Vec<usize>,
+    /// What every send of the operation tells its link (see [`SendHint`]).
+    pub send_hint: SendHint,
 }
 
 impl Buffers {
@@ -234,7 +236,15 @@ unsafe fn run_step(
             let tag = tags.to(peer, src.len);
             // SAFETY: the span lies inside a live buffer that stays valid until `wait_all`
             // below (or `abort` on failure) has retired the transfer.
-            unsafe { ep.post_send(peer, bufs.addr(src) as *const u8, src.len, tag) }?;
+            unsafe {
+                ep.post_send_hinted(
+                    peer,
+                    bufs.addr(src) as *const u8,
+                    src.len,
+                    tag,
+                    bufs.send_hint,
+                )
+            }?;
         }
     }
     for a in &step.actions {

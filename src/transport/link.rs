@@ -40,6 +40,17 @@ pub struct LinkInfo {
     pub single_copy: bool,
 }
 
+/// What the operation a send belongs to tells the link about it. Only choices that change how
+/// the bytes move, never what arrives, may depend on it: the receiving side follows whatever
+/// the sender chose, so ranks that disagree on a hint still deliver the same data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendHint {
+    /// Bytes of the operation the message is part of: the largest buffer a rank reads or
+    /// writes in it (0: unknown, the message stands alone). A pipelined chunk of a large
+    /// operation streams through memory, a message of a cache-sized one mostly does not.
+    pub op_bytes: usize,
+}
+
 /// How a waiting endpoint learns that an active link may progress.
 #[derive(Clone, Copy, Debug)]
 pub enum Wake {
@@ -131,6 +142,22 @@ pub trait Link: Send {
     /// `ptr` must be valid for reads of `len` bytes and stay valid and unmodified until the link
     /// is idle (or aborted).
     unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()>;
+
+    /// [`Link::post_send`] with what the operation tells the link about the message; links
+    /// that have no choice to make ignore it.
+    ///
+    /// # Safety
+    /// As for [`Link::post_send`].
+    unsafe fn post_send_hinted(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        tag: Tag,
+        _hint: SendHint,
+    ) -> Result<()> {
+        // SAFETY: forwarded under the same contract.
+        unsafe { self.post_send(ptr, len, tag) }
+    }
 
     /// Queues a receive of `len` bytes into `ptr` tagged `tag`, reducing into it when `reduce`
     /// is given (taking a turn from `shared` when the link orders reductions).

@@ -36,7 +36,7 @@ use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 use backoff::Wait;
 use doorbell::Doorbell;
-pub use link::{Link, LinkInfo, Reach};
+pub use link::{Link, LinkInfo, Reach, SendHint};
 use link::{Medium, Shared, Wake};
 use tag::Tag;
 
@@ -252,10 +252,26 @@ impl Endpoint {
         len: usize,
         tag: Tag,
     ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.post_send_hinted(peer, ptr, len, tag, SendHint::default()) }
+    }
+
+    /// [`Endpoint::post_send`] with what the operation tells the link about the message.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::post_send`].
+    pub unsafe fn post_send_hinted(
+        &mut self,
+        peer: u32,
+        ptr: *const u8,
+        len: usize,
+        tag: Tag,
+        hint: SendHint,
+    ) -> Result<()> {
         self.check_usable()?;
         let link = &mut self.links[peer as usize];
         // SAFETY: forwarded; `wait_all` (or an abort) ends the link's use of the buffer.
-        unsafe { link.post_send(ptr, len, tag)? };
+        unsafe { link.post_send_hinted(ptr, len, tag, hint)? };
         if !link.idle() {
             self.activate(peer);
         }

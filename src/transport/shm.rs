@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
-use super::link::{Link, LinkInfo, Medium, Reach, Shared, Wake};
+use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -70,13 +70,13 @@ const MIN_SLOT_BYTES: usize = 4096;
 /// slot or two is not pipelined when staged: its two copies run one after the other, and from
 /// 32 KiB the kernel copy's fixed cost (a system call, pinning the pages) is the smaller loss.
 pub const SINGLE_COPY_MIN: usize = 32 << 10;
-/// With one same-host peer and `HCCL_SHM_SINGLE_COPY` unset, messages from
-/// [`SINGLE_COPY_MIN`] up to this size are read single-copy, larger ones staged, unless the peer
-/// sends to this rank at the same time (see `ShmLink::single_copy_for`). Staging costs each
-/// byte two copies, the sender's into the ring and the receiver's out of it; up to 1 MiB the
-/// message fills too few slots for the two to overlap well, and single copy measured 1.2-2x
-/// faster. From 2 MiB a one-way message is faster staged: both processes copy at once, out of
-/// cache-resident rings, where single copy leaves the sender idle.
+/// With one same-host peer and `HCCL_SHM_SINGLE_COPY` unset, one-way and reduced messages
+/// from [`SINGLE_COPY_MIN`] up are read single-copy when their operation ([`SendHint`]) is at
+/// most this large, staged otherwise; plain exchanges go single-copy at any size (see
+/// `ShmLink::single_copy_for`). Staging costs each byte two copies, the sender's into the ring
+/// and the receiver's out of it; in an operation that fits the cache the two overlap badly and
+/// single copy measured 1.2-2x faster. In a larger one both processes copying at once, out of
+/// cache-resident rings, beats one reading the sender's cold buffer while the sender idles.
 pub const SINGLE_COPY_MAX_ONE_PEER: usize = 1 << 20;
 /// Same-host peers a rank needs before it reads every large message single-copy when
 /// `HCCL_SHM_SINGLE_COPY` is unset. With more peers the rings a rank cycles through outgrow
@@ -481,6 +481,8 @@ struct TxOp {
     ptr: usize,
     len: usize,
     tag: Tag,
+    /// The size of the operation the message belongs to ([`SendHint::op_bytes`]).
+    op_bytes: usize,
     off: usize,
     cma: bool,
     published: bool,
@@ -531,22 +533,28 @@ impl ShmLink {
         self.single_copy
     }
 
-    /// Whether a `len`-byte send goes single-copy, decided when its first slot is published
-    /// (every transfer of the step is posted by then). Without a size limit, from
-    /// [`SINGLE_COPY_MIN`] up. With one (a single peer), by what the peer sends this rank
-    /// meanwhile: while it sends too and this rank only stores what arrives (an exchange),
-    /// staging would cost both cores two copies per byte, and single copy measured faster at
-    /// every size; one-way sends go single-copy up to the limit; while this rank reduces what
-    /// arrives (AllReduce, Reduce), only below the limit, so ring AllReduce's chunks of at least
-    /// 1 MiB stay staged (single copy measured 8-12% slower there: the receiver reads them
-    /// through a stage chunk).
-    fn single_copy_for(&self, len: usize) -> bool {
+    /// Whether a `len`-byte send of an `op_bytes`-byte operation ([`SendHint`]) goes
+    /// single-copy, decided when its first slot is published (every transfer of the step is
+    /// posted by then). Without a size limit, from [`SINGLE_COPY_MIN`] up. With one (a single
+    /// peer), by what the peer sends this rank meanwhile: while it sends too and this rank only
+    /// stores what arrives (an exchange), staging would cost both cores two copies per byte,
+    /// and single copy measured faster at every size; otherwise (one-way sends, and while this
+    /// rank reduces what arrives: AllReduce, Reduce) only when the operation is within the
+    /// limit. The chunks of a large AllReduce stay staged: there the receiver reading cold
+    /// pages while the sender idles lost to both copying at once (3.3 against 4.3 GB/s at
+    /// 64 MiB), while an operation that fits the cache gains up to 2x single-copy. Only the
+    /// sender decides (the slot says which way the message comes), so ranks that decide
+    /// differently still deliver the same bytes.
+    fn single_copy_for(&self, len: usize, op_bytes: usize) -> bool {
         if !self.single_copy || len < SINGLE_COPY_MIN || self.single_copy_max < SINGLE_COPY_MIN {
             return false;
         }
         if self.single_copy_max == usize::MAX {
             return true;
         }
+        // A chunk of a larger operation is priced as that operation: its source streams from
+        // memory, where both cores copying (staged) beat one reading cold pages (single copy).
+        let size = len.max(op_bytes);
         let (mut exchange, mut reducing) = (false, false);
         for r in self.rx.iter().filter(|r| r.got < r.len) {
             if r.reduce.is_some() {
@@ -555,11 +563,7 @@ impl ShmLink {
                 exchange = true;
             }
         }
-        if reducing {
-            len < self.single_copy_max
-        } else {
-            exchange || len <= self.single_copy_max
-        }
+        (exchange && !reducing) || size <= self.single_copy_max
     }
 
     fn progress_tx(&mut self) -> bool {
@@ -574,7 +578,7 @@ impl ShmLink {
                 continue;
             }
             if self.tx[i].off == 0 {
-                self.tx[i].cma = self.single_copy_for(self.tx[i].len);
+                self.tx[i].cma = self.single_copy_for(self.tx[i].len, self.tx[i].op_bytes);
             }
             loop {
                 if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -909,10 +913,24 @@ impl Link for ShmLink {
     }
 
     unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
+        // SAFETY: forwarded under the same contract.
+        unsafe { self.post_send_hinted(ptr, len, tag, SendHint::default()) }
+    }
+
+    /// The hint's operation size decides, with the message's, whether it goes single-copy
+    /// (`single_copy_for`).
+    unsafe fn post_send_hinted(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        tag: Tag,
+        hint: SendHint,
+    ) -> Result<()> {
         self.tx.push_back(TxOp {
             ptr: ptr as usize,
             len,
             tag,
+            op_bytes: hint.op_bytes,
             off: 0,
             // Decided at the first slot (`single_copy_for`).
             cma: false,
@@ -1446,12 +1464,12 @@ mod tests {
             assert!(src == dst, "{len} bytes");
         }
         // Both ways at once: single copy at any size when the receives store; when they reduce,
-        // only below the limit.
+        // up to the limit.
         for (len, reducing, want) in [
             (max + 4, false, true),
             (max + 4, true, false),
-            (max, true, false),
-            (max / 2, true, true),
+            (max, true, true),
+            (max * 2, true, false),
         ] {
             let (sa, sb) = (vec![1u8; len], vec![2u8; len]);
             let (mut da, mut db) = (vec![0u8; len], vec![0u8; len]);
@@ -1493,6 +1511,66 @@ mod tests {
         assert!(a.tx[0].cma);
         drive(&mut a, &mut b).unwrap();
         assert!(da.iter().all(|&v| v == 2) && db.iter().all(|&v| v == 1));
+    }
+
+    #[test]
+    fn the_operation_size_decides_for_chunks_and_never_changes_what_arrives() {
+        let max = SINGLE_COPY_MAX_ONE_PEER;
+        let chunk = 256 << 10;
+        let (mut a, mut b) = links_max(1 << 20, max);
+        let big = SendHint { op_bytes: 64 << 20 };
+        let fits = SendHint { op_bytes: max };
+        let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        // (a's hint, b's hint, whether the receives reduce, a's choice, b's choice)
+        for (ha, hb, reducing, want_a, want_b) in [
+            // Chunks of a large AllReduce: staged.
+            (big, big, true, false, false),
+            // Of one that fits the cache: single copy.
+            (fits, fits, true, true, true),
+            // A plain exchange: single copy whatever the operation.
+            (big, big, false, true, true),
+            // Ranks that disagree: each sender's own choice, the same bytes.
+            (big, fits, true, false, true),
+        ] {
+            let (sa, sb) = (vec![1u8; chunk], vec![2u8; chunk]);
+            let (mut da, mut db) = (vec![3u8; chunk], vec![5u8; chunk]);
+            let reduce = reducing.then_some(sum);
+            let (mut sha, mut shb) = (Shared::default(), Shared::default());
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(sa.as_ptr(), chunk, T, ha).unwrap();
+                b.post_send_hinted(sb.as_ptr(), chunk, T, hb).unwrap();
+                a.post_recv(da.as_mut_ptr(), chunk, reduce, T, &mut sha)
+                    .unwrap();
+                b.post_recv(db.as_mut_ptr(), chunk, reduce, T, &mut shb)
+                    .unwrap();
+            }
+            // A staged message that fits the ring is published and retired at once; a
+            // single-copy one waits for the peer's read.
+            assert!(a.progress_tx() && b.progress_tx());
+            let what = format!("{ha:?} {hb:?} reducing={reducing}");
+            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want_a, "{what}");
+            assert_eq!(b.tx.front().is_some_and(|op| op.cma), want_b, "{what}");
+            drive(&mut a, &mut b).unwrap();
+            let (ea, eb) = if reducing { (5, 6) } else { (2, 1) };
+            assert!(da.iter().all(|&v| v == ea), "{what}");
+            assert!(db.iter().all(|&v| v == eb), "{what}");
+        }
+        // One way: the operation's size decides; without a hint, the message's own.
+        for (hint, want) in [(big, false), (fits, true), (SendHint::default(), true)] {
+            let src: Vec<u8> = (0..chunk).map(|i| (i * 13) as u8).collect();
+            let mut dst = vec![0u8; chunk];
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(src.as_ptr(), chunk, T, hint).unwrap();
+                b.post_recv(dst.as_mut_ptr(), chunk, None, T, &mut Shared::default())
+                    .unwrap();
+            }
+            assert!(a.progress_tx());
+            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{hint:?}");
+            drive(&mut a, &mut b).unwrap();
+            assert!(src == dst, "{hint:?}");
+        }
     }
 
     #[test]

@@ -648,6 +648,11 @@ pub fn predict(
                 (k + n - 2.0) * edge.msg(bytes / k)
             }
         }
+        (Algo::Direct, Coll::Reduce { .. })
+            if n == 2.0 && memory && bytes <= super::direct::ONE_STEP_REDUCE_MAX as f64 =>
+        {
+            flat.msg(bytes) + g(bytes)
+        }
         (Algo::Direct, Coll::Reduce { .. }) => {
             mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
         }

@@ -174,6 +174,11 @@ pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
     s
 }
 
+/// Largest Reduce between two ranks of one host that runs as one message to the root. Up to
+/// here the second step's wait cost more than the root reducing the whole message alone
+/// (64-512 KiB measured 2-10x faster in one step); beyond, both ranks reducing half pays.
+pub const ONE_STEP_REDUCE_MAX: usize = 1 << 20;
+
 /// Chunk of the memory-link reduce-scatter: well inside a core's L2 cache.
 const RS_CHUNK_BYTES: usize = 256 * 1024;
 
@@ -295,6 +300,26 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
             src: Span::new(Buf::Send, 0, count * es),
             dst: Span::new(Buf::Recv, 0, count * es),
         });
+        return s;
+    }
+    if n == 2 && !ctx.network && count * es <= ONE_STEP_REDUCE_MAX {
+        // The leaf sends its whole input and the root reduces it into its output: one message
+        // and one wait instead of a reduce-scatter step and a gather step.
+        let all = Span::new(Buf::Send, 0, count * es);
+        let out = Span::new(Buf::Recv, 0, count * es);
+        let st = s.step();
+        if me == root {
+            st.push(Action::Copy { src: all, dst: out });
+            st.push(Action::RecvReduce {
+                peer: 1 - root,
+                dst: out,
+            });
+        } else {
+            st.push(Action::Send {
+                peer: root,
+                src: all,
+            });
+        }
         return s;
     }
     let blocks = even_blocks(count, n as usize);

@@ -648,12 +648,11 @@ pub fn predict(
                 (k + n - 2.0) * edge.msg(bytes / k)
             }
         }
-        (Algo::Direct, Coll::Reduce { .. })
-            if n == 2.0 && memory && bytes <= super::direct::ONE_STEP_REDUCE_MAX as f64 =>
-        {
-            flat.msg(bytes) + g(bytes)
-        }
         (Algo::Direct, Coll::Reduce { .. }) => {
+            // Also the price of the one-message form two ranks of one host run up to
+            // `direct::ONE_STEP_REDUCE_MAX`: priced as one message and a whole reduction, the
+            // model (whose α undercounts a step's wait) preferred hier there, which ran
+            // slower in a spot check (209 against 20 µs at 256 KiB, loaded machine).
             mesh(&flat, bytes / n) + net.fan(&flat, bytes / n) + g((n - 1.0) * bytes / n)
         }
         (Algo::Ring, Coll::Reduce { .. }) => {

@@ -11,6 +11,12 @@
 //! latest when its own operation would complete, whether the receiver agrees — and when the
 //! peer runs a different schedule, whatever it sent first arrives instead and is refused.
 //!
+//! The small-message path drops the notices between pairs over eager links and lets the sender
+//! run ahead (see [`super::small`]): there a sender learns of a mismatch at its next call, from
+//! the receiver's abort or from what it left unclaimed (a message of an earlier operation is
+//! judged a mismatch by [`Expectation::check_stray`] too), and ranks that wait for each other in
+//! different operations find out through [`Expectation::identity`].
+//!
 //! Point-to-point transfers carry no notices: a `HcclSend` may pair with one item of a
 //! `HcclBatchSendRecv` that also receives, so the two sides would not agree on which messages
 //! flow back. Their messages are numbered per pair and direction and tagged with their length,

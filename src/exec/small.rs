@@ -310,6 +310,8 @@ unsafe fn exchange(
                 // unmodified until `wait_all` (or its abort) retires the transfer.
                 unsafe { ep.post_send(p, src, b, tag) }?;
             }
+            // The inputs leave before the receives are posted: that is what the peers wait for.
+            ep.push()?;
             for p in s.peers() {
                 let tag = tags.from(p, b);
                 let dst = if b == 0 { nothing } else { slot(p) };

@@ -160,7 +160,14 @@ fn rank_body(case: &str, rank: u32, comm: HcclComm, threads: bool) -> String {
         };
         let mut buf = [7f32; 3];
         let first = unsafe {
-            HcclBroadcast(buf.as_mut_ptr() as *mut _, count, FP32, root, comm, null_mut())
+            HcclBroadcast(
+                buf.as_mut_ptr() as *mut _,
+                count,
+                FP32,
+                root,
+                comm,
+                null_mut(),
+            )
         };
         signal(threads);
         gate(threads, 2);
@@ -369,7 +376,12 @@ fn senders_run_ahead_and_receivers_catch_up() {
         let sender = sender_of(op);
         let receiver = 1 - sender;
         for (links, res, err) in run_case(&format!("ahead_{op}"), &[sender], &[receiver]) {
-            assert_eq!(res.len(), 2, "{op} over {links}: {res:?}\n{}", tail(&err, 4000));
+            assert_eq!(
+                res.len(),
+                2,
+                "{op} over {links}: {res:?}\n{}",
+                tail(&err, 4000)
+            );
             for l in &res {
                 assert!(
                     l.contains("ok=true healthy=true"),

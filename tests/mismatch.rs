@@ -216,7 +216,11 @@ fn count_mismatch_across_paths_fails_every_rank() {
             );
         }
         // The receivers may complete; so may the root (which only sends) over eager links.
-        let receivers: Vec<u32> = if eager(links, &[]) { vec![0, 1] } else { vec![1] };
+        let receivers: Vec<u32> = if eager(links, &[]) {
+            vec![0, 1]
+        } else {
+            vec![1]
+        };
         expect_fail(
             "broadcast_count_across_paths",
             3,

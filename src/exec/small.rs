@@ -349,9 +349,7 @@ unsafe fn exchange(
         Kind::Reduce { root } => {
             if !s.is_eager(root) {
                 // SAFETY: a zero-length transfer never touches its address.
-                unsafe {
-                    ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false)))
-                }?;
+                unsafe { ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false))) }?;
             }
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
@@ -363,9 +361,7 @@ unsafe fn exchange(
             for p in s.peers() {
                 if !s.is_eager(p) {
                     // SAFETY: a zero-length transfer never touches its address.
-                    unsafe {
-                        ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false)))
-                    }?;
+                    unsafe { ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false))) }?;
                 }
                 let src = if scatter { send + p as usize * b } else { send };
                 let tag = tags.to(p, b);

@@ -925,7 +925,9 @@ impl Medium for Segment {
         std::sync::atomic::fence(Ordering::Release);
         for (i, w) in tag.0.chunks_exact(8).enumerate() {
             let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-            self.map.u64_at(OFF_STUCK + 8 + 8 * i).store(w, Ordering::Relaxed);
+            self.map
+                .u64_at(OFF_STUCK + 8 + 8 * i)
+                .store(w, Ordering::Relaxed);
         }
         ver.store(v + 2, Ordering::Release);
     }
@@ -942,7 +944,11 @@ fn read_stuck(m: &Mapping) -> Option<Tag> {
     }
     let mut t = Tag::default();
     for (i, w) in t.0.chunks_exact_mut(8).enumerate() {
-        w.copy_from_slice(&m.u64_at(OFF_STUCK + 8 + 8 * i).load(Ordering::Relaxed).to_le_bytes());
+        w.copy_from_slice(
+            &m.u64_at(OFF_STUCK + 8 + 8 * i)
+                .load(Ordering::Relaxed)
+                .to_le_bytes(),
+        );
     }
     std::sync::atomic::fence(Ordering::Acquire);
     (ver.load(Ordering::Relaxed) == v).then_some(t)

@@ -185,6 +185,9 @@ pub struct Endpoint {
     polled: bool,
     shared: Shared,
     broken: Option<Error>,
+    /// Active peers whose links wake this rank by a medium's bell, as of the last wait (kept
+    /// here so that waiting allocates nothing).
+    watch: Vec<u32>,
 }
 
 impl Endpoint {
@@ -215,6 +218,7 @@ impl Endpoint {
             polled: false,
             shared: Shared::default(),
             broken: None,
+            watch: Vec::new(),
         })
     }
 
@@ -350,7 +354,6 @@ impl Endpoint {
         expect: Option<&dyn Expectation>,
     ) -> Result<()> {
         let mut pollfds: Vec<libc::pollfd> = Vec::new();
-        let mut watch: Vec<u32> = Vec::new();
         // How the last sleep on a medium's bell ended, for the peer checks below.
         let mut woke = Woke::NotYet;
         let mut last_full_check: Option<Instant> = None;
@@ -402,14 +405,14 @@ impl Endpoint {
             }
             // What the active links wake this rank by.
             pollfds.clear();
-            watch.clear();
+            self.watch.clear();
             let (mut by_doorbell, mut by_medium, mut polled) = (false, false, false);
             for &p in &self.active {
                 match self.links[p as usize].wake() {
                     Wake::Doorbell => by_doorbell = true,
                     Wake::Medium => {
                         by_medium = true;
-                        watch.push(p);
+                        self.watch.push(p);
                     }
                     Wake::Fd(f) => pollfds.push(f),
                     Wake::Poll => polled = true,
@@ -437,7 +440,7 @@ impl Endpoint {
                     let mut also = PeerWait {
                         ep: self,
                         bell_seen: Some(seen),
-                        watch: &watch,
+                        watch: &self.watch,
                     };
                     woke = if m.wait(s, max, &mut also) {
                         Woke::Event
@@ -478,7 +481,7 @@ impl Endpoint {
             let mut also = PeerWait {
                 ep: self,
                 bell_seen: None,
-                watch: &watch,
+                watch: &self.watch,
             };
             self.bell
                 .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);

@@ -513,6 +513,28 @@ mod tests {
         );
     }
 
+    /// A sender runs ahead by at most EAGER_DEPTH small messages: the next one completes when
+    /// the receiver takes the oldest.
+    #[test]
+    fn eager_sends_run_ahead_by_the_depth_only() {
+        let f = fabric(2, 7);
+        let x = [5u8; 8];
+        for k in 0..EAGER_DEPTH {
+            // SAFETY: eager: the message is copied at posting.
+            let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+            assert_eq!(s, None, "message {k} completes at posting");
+        }
+        // SAFETY: as above.
+        let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+        let s = s.expect("one past the depth waits");
+        assert!(!f.send_done(0, 1, s));
+        let mut got = [0u8; 8];
+        // SAFETY: a destination of 8 bytes.
+        assert!(unsafe { f.try_recv(0, 1, got.as_mut_ptr(), 8, None, &T) }.unwrap());
+        assert!(f.send_done(0, 1, s));
+        assert_eq!(got, x);
+    }
+
     #[test]
     fn small_sends_complete_at_once_and_large_ones_when_taken() {
         let f = fabric(2, 1);

@@ -350,6 +350,45 @@ fn int8_apply<const MODE: u8>(scales: &[u8], q: &[u8], block: usize, acc: &mut [
     }
 }
 
+/// Magnitude bits of an f32 (integer order equals magnitude order; NaN above infinity).
+const MAG: u32 = 0x7fff_ffff;
+
+/// Appends `(index, bits)` of the elements of `x` whose magnitude bits exceed `t`, and of the
+/// first `ties` (in index order) equal to it, in index order; gives up (false) once more than
+/// `limit` exceed `t`. Blocks of 16 are tested with one vectorised maximum first, since most
+/// hold no candidate.
+#[inline(always)]
+fn topk_collect(x: &[f32], t: u32, limit: usize, ties: usize, out: &mut Vec<(u32, u32)>) -> bool {
+    const B: usize = 16;
+    let (mut above, mut equal) = (0usize, 0usize);
+    let rest = x.chunks_exact(B).remainder();
+    let mut base = 0u32;
+    for c in x.chunks_exact(B).chain(std::iter::once(rest)) {
+        let mut m = [0u32; B];
+        for (m, &v) in m.iter_mut().zip(c) {
+            *m = v.to_bits() & MAG;
+        }
+        let top = m.iter().fold(0, |a, &b| a.max(b));
+        // Once `ties` equal ones are in, only larger ones matter.
+        if top > t || (top == t && equal < ties) {
+            for (j, (&b, &v)) in m.iter().zip(c).enumerate() {
+                if b > t {
+                    above += 1;
+                    out.push((base + j as u32, v.to_bits()));
+                } else if b == t && equal < ties {
+                    equal += 1;
+                    out.push((base + j as u32, v.to_bits()));
+                }
+            }
+            if above > limit {
+                return false;
+            }
+        }
+        base += B as u32;
+    }
+    true
+}
+
 // ---------------------------------------------------------------------------------------------
 // Levels.
 // ---------------------------------------------------------------------------------------------
@@ -358,6 +397,7 @@ type HalfEncode = unsafe fn(&[f32], &mut [u8]);
 type HalfApply = unsafe fn(&[u8], &mut [f32]);
 type Int8Encode = unsafe fn(&[f32], usize, &mut [u8], &mut [u8]);
 type Int8Apply = unsafe fn(&[u8], &[u8], usize, &mut [f32]);
+type TopkCollect = unsafe fn(&[f32], u32, usize, usize, &mut Vec<(u32, u32)>) -> bool;
 
 /// One level's kernels.
 struct Kernels {
@@ -374,6 +414,7 @@ struct Kernels {
     int8_add: Int8Apply,
     int8_sub: Int8Apply,
     int8_set: Int8Apply,
+    topk_collect: TopkCollect,
 }
 
 /// The level functions of one set of target features: `$feat` empty for the baseline.
@@ -437,6 +478,16 @@ macro_rules! level {
             pub unsafe fn int8_set(s: &[u8], q: &[u8], b: usize, a: &mut [f32]) {
                 super::int8_apply::<SET>(s, q, b, a)
             }
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn topk_collect(
+                x: &[f32],
+                t: u32,
+                limit: usize,
+                ties: usize,
+                out: &mut Vec<(u32, u32)>,
+            ) -> bool {
+                super::topk_collect(x, t, limit, ties, out)
+            }
             pub fn kernels(name: &'static str) -> Kernels {
                 Kernels {
                     name,
@@ -452,6 +503,7 @@ macro_rules! level {
                     int8_add,
                     int8_sub,
                     int8_set,
+                    topk_collect,
                 }
             }
         }
@@ -510,6 +562,10 @@ pub fn kernel_description() -> &'static str {
 #[derive(Default)]
 pub struct Scratch {
     hist: Vec<usize>,
+    /// Top-k candidates: (index, f32 bits).
+    cand: Vec<(u32, u32)>,
+    /// Magnitudes of a sample or of the candidates.
+    mags: Vec<u32>,
 }
 
 /// Encodes `x` with method `m` into `out` (exactly [`blob_len`]`(m, x.len())` bytes).
@@ -542,24 +598,88 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
             if kk == 0 {
                 return;
             }
-            let (t, above) = kth_largest_magnitude(x, kk, scratch);
-            let mut ties = kk - above;
             let (idx, val) = body.split_at_mut(4 * kk);
-            let mut slots = idx.chunks_exact_mut(4).zip(val.chunks_exact_mut(4));
-            for (i, &v) in x.iter().enumerate() {
-                let b = v.to_bits() & 0x7fff_ffff;
-                let take = b > t || (b == t && ties > 0);
-                if take {
-                    if b == t {
-                        ties -= 1;
-                    }
-                    let (si, sv) = slots.next().expect("exactly k selected");
-                    si.copy_from_slice(&(i as u32).to_le_bytes());
-                    sv.copy_from_slice(&v.to_le_bytes());
-                }
+            if topk_sampled(k, x, kk, scratch) {
+                let (t, above) = kth_of_candidates(&scratch.cand, kk, &mut scratch.mags);
+                emit(scratch.cand.iter().copied(), t, kk - above, idx, val);
+            } else {
+                let (t, above) = kth_largest_magnitude(x, kk, scratch);
+                let all = x.iter().enumerate().map(|(i, v)| (i as u32, v.to_bits()));
+                emit(all, t, kk - above, idx, val);
             }
         }
     }
+}
+
+/// Writes the top-k selection to `idx` and `val`: of `elems` (index, f32 bits) in index order,
+/// those whose magnitude bits exceed `t`, and the first `ties` of those equal to it.
+fn emit(
+    elems: impl Iterator<Item = (u32, u32)>,
+    t: u32,
+    mut ties: usize,
+    idx: &mut [u8],
+    val: &mut [u8],
+) {
+    let mut slots = idx.chunks_exact_mut(4).zip(val.chunks_exact_mut(4));
+    for (i, v) in elems {
+        let b = v & MAG;
+        if b > t || (b == t && ties > 0) {
+            if b == t {
+                ties -= 1;
+            }
+            let (si, sv) = slots.next().expect("exactly k selected");
+            si.copy_from_slice(&i.to_le_bytes());
+            sv.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Elements sampled to guess a top-k threshold.
+const SAMPLE: usize = 2048;
+
+/// Where the `j`-th of [`SAMPLE`] samples of `n` elements is taken: in the j-th stretch of
+/// n / SAMPLE elements, at a hashed offset.
+fn sample_at(j: usize, n: usize) -> usize {
+    let h = (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    ((j as u64 * n as u64 + h % n as u64) / SAMPLE as u64) as usize
+}
+
+/// Collects into `scratch.cand` a superset of the `kk` largest magnitudes of `x` in index
+/// order with one streaming pass, instead of the radix selection's three: every element above
+/// a threshold `t` guessed from a sample, and the first `kk` equal to it (the kk-th largest is
+/// at least `t` once that makes `kk`, and its ties go to the lowest indices, so this holds the
+/// selection). `t` is the sample's order statistic at about twice the expected share plus a
+/// margin; the sample's positions are scattered so that periodic data cannot fool it. False
+/// when the guess leaves fewer than `kk` candidates or far too many above `t`: the caller then
+/// selects over all of `x`. Either way the selection is the same.
+fn topk_sampled(k: &Kernels, x: &[f32], kk: usize, scratch: &mut Scratch) -> bool {
+    let n = x.len();
+    if n < 16 * SAMPLE || kk * 16 > n {
+        return false;
+    }
+    let sample = &mut scratch.mags;
+    sample.clear();
+    sample.extend((0..SAMPLE).map(|j| x[sample_at(j, n)].to_bits() & MAG));
+    let expect = kk * SAMPLE / n;
+    let j = (2 * expect + 16).min(SAMPLE);
+    let t = *sample.select_nth_unstable_by(j - 1, |a, b| b.cmp(a)).1;
+    let limit = 4 * kk + n / 64;
+    scratch.cand.clear();
+    scratch.cand.reserve(limit + kk + 16);
+    // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+    let ok = unsafe { (k.topk_collect)(x, t, limit, kk, &mut scratch.cand) };
+    ok && scratch.cand.len() >= kk
+}
+
+/// The magnitude bits of the `kk`-th largest of `cand`'s magnitudes (kk ≤ its length), and
+/// how many are strictly larger.
+fn kth_of_candidates(cand: &[(u32, u32)], kk: usize, mags: &mut Vec<u32>) -> (u32, usize) {
+    mags.clear();
+    mags.extend(cand.iter().map(|c| c.1 & MAG));
+    let (larger, &mut t, _) = mags.select_nth_unstable_by(kk - 1, |a, b| b.cmp(a));
+    // `larger` holds the kk − 1 largest, ties of t among them.
+    let above = larger.iter().filter(|&&m| m > t).count();
+    (t, above)
 }
 
 /// The magnitude bits of the `kk`-th largest |x| (1 ≤ kk ≤ x.len()), and how many elements
@@ -917,6 +1037,70 @@ mod tests {
                 decompress_add(m, &blob, &mut dec).unwrap();
                 let want: Vec<f32> = reference(m, &x).iter().map(|d| 0.0 + d).collect();
                 assert!(same_bits(&dec, &want), "ratio {ratio}");
+            }
+        }
+    }
+
+    /// Pieces large enough for the sampled threshold: the same selection as the reference on
+    /// every level, whether the sample guides it (random data; many equal values; a periodic
+    /// test pattern; mostly zeros) or misleads it (it sees only small values: far too many
+    /// candidates; only the largest: too few for the larger k), and the selection is made over
+    /// all elements.
+    #[test]
+    fn sampled_topk_matches_the_reference() {
+        let n = 40 * SAMPLE + 13;
+        let sampled: std::collections::HashSet<usize> =
+            (0..SAMPLE).map(|j| sample_at(j, n)).collect();
+        let random = values(n, 77, false);
+        let equal: Vec<f32> = (0..n)
+            .map(|i| if i % 3 == 0 { -1.5 } else { 1.5 })
+            .collect();
+        let periodic: Vec<f32> = (0..n).map(|i| (2 + i % 16 + (i + 1) % 16) as f32).collect();
+        let sparse: Vec<f32> = (0..n)
+            .map(|i| if i % 397 == 0 { i as f32 } else { 0.0 })
+            .collect();
+        let hidden: Vec<f32> = (0..n)
+            .map(|i| {
+                if sampled.contains(&i) {
+                    1e-3
+                } else {
+                    (i % 1000) as f32
+                }
+            })
+            .collect();
+        let sampled_big: Vec<f32> = (0..n)
+            .map(|i| {
+                if sampled.contains(&i) {
+                    1e6 + i as f32
+                } else {
+                    1e-3 * (i % 7) as f32
+                }
+            })
+            .collect();
+        let mut s = Scratch::default();
+        for (name, x, guided) in [
+            ("random", &random, Some(true)),
+            ("equal", &equal, Some(true)),
+            ("periodic", &periodic, Some(true)),
+            ("sparse", &sparse, Some(true)),
+            ("hidden", &hidden, Some(false)),
+            ("sampled big", &sampled_big, None),
+        ] {
+            for ratio in [0.001, 0.01, 0.05] {
+                let m = Method::TopK { ratio };
+                let kk = topk_count(ratio, n);
+                for k in available() {
+                    let used = topk_sampled(&k, x, kk, &mut s);
+                    if let Some(g) = guided {
+                        assert_eq!(used, g, "{name} ratio {ratio} {}", k.name);
+                    }
+                    let mut blob = vec![0u8; blob_len(m, n)];
+                    compress_with(&k, m, x, &mut blob, &mut s);
+                    let mut dec = vec![0f32; n];
+                    apply_with(&k, m, &blob, &mut dec, SET).unwrap();
+                    let want: Vec<f32> = reference(m, x).iter().map(|d| 0.0 + d).collect();
+                    assert!(same_bits(&dec, &want), "{name} ratio {ratio} {}", k.name);
+                }
             }
         }
     }

@@ -139,9 +139,13 @@ impl Data<'_> {
             // SAFETY: forwarded.
             unsafe { self.reduce(t, k) }?;
         }
-        match w.decode {
+        if let Some(t) = w.decode {
             // SAFETY: forwarded.
-            Some(t) => unsafe { self.decode(t, k) },
+            unsafe { self.decode(t, &self.plan.owned[t], k) }?;
+        }
+        match w.decode_forwarded {
+            // SAFETY: forwarded.
+            Some(t) => unsafe { self.decode(t, &self.plan.forwarded[t], k) },
             None => Ok(()),
         }
     }
@@ -201,7 +205,9 @@ impl Data<'_> {
     }
 
     /// Deterministic level0 sums: adds the group peers' contributions to this rank's parts of
-    /// piece `t`, which received them into fold slots, in local rank order.
+    /// piece `t`, which received them into fold slots, in local rank order. In the forwarding
+    /// form, the sum starts from this rank's input (in the other forms its reduce step copied
+    /// it to the output), in one pass with the first peer's for fp32.
     ///
     /// # Safety
     /// As for [`Data::work`].
@@ -209,11 +215,26 @@ impl Data<'_> {
         let es = self.dtype.size();
         for o in self.plan.owned[t].iter().filter(|o| !o.folds.is_empty()) {
             // SAFETY: the part lies inside `recv`, holding this rank's own contribution since
-            // its reduce step; nothing else touches it until its gather step.
+            // its reduce step (forwarding form: nothing yet); nothing else touches it until
+            // its gather step (forwarding form: its decoding).
             let acc = unsafe {
                 std::slice::from_raw_parts_mut((self.recv + o.first * es) as *mut u8, o.len * es)
             };
-            for &at in &o.folds {
+            let mut folds = &o.folds[..];
+            if self.plan.forward {
+                // SAFETY: the part lies inside `send`, which nothing writes.
+                let own = unsafe {
+                    std::slice::from_raw_parts((self.send + o.first * es) as *const u8, o.len * es)
+                };
+                // SAFETY: the first fold slot, as below.
+                let first = unsafe { self.blob(folds[0], o.len * es) };
+                if !sum_f32(self.dtype, acc, own, first) {
+                    acc.copy_from_slice(own);
+                    reduce_inplace(self.dtype, ReduceOp::Sum, acc, first)?;
+                }
+                folds = &folds[1..];
+            }
+            for &at in folds {
                 // SAFETY: a fold slot, received in the previous step and not written again
                 // before the next one.
                 let theirs = unsafe { self.blob(at, o.len * es) };
@@ -348,17 +369,17 @@ impl Data<'_> {
         Ok(())
     }
 
-    /// Decodes every group's blob of this rank's parts of piece `t`, in group order, into the
-    /// output.
+    /// Decodes every group's blob of `parts` of piece `t` (this rank's own, or in the
+    /// forwarding form those its group peers forwarded), in group order, into the output.
     ///
     /// # Safety
     /// As for [`Data::work`].
-    unsafe fn decode(&self, t: usize, k: &mut Kernels) -> Result<()> {
+    unsafe fn decode(&self, t: usize, parts: &[Owned], k: &mut Kernels) -> Result<()> {
         if self.plan.staged {
             // SAFETY: forwarded.
             return unsafe { self.decode_subs(t, k) };
         }
-        for o in &self.plan.owned[t] {
+        for o in parts {
             // fp32 output is the accumulator itself; other types go through `acc`.
             // SAFETY: the piece lies inside `recv`, which nothing else touches meanwhile.
             let direct = unsafe { f32_shard(self.dtype, self.recv, o) };
@@ -564,6 +585,25 @@ fn pipelined(
         }
         out
     })
+}
+
+/// `acc = a + b` as f32 values in one pass, when the data are fp32 and all three aligned;
+/// false (nothing written) otherwise.
+fn sum_f32(dtype: DataType, acc: &mut [u8], a: &[u8], b: &[u8]) -> bool {
+    if dtype != DataType::Fp32 {
+        return false;
+    }
+    // SAFETY: every bit pattern is an f32; `align_to` only hands out aligned middles.
+    let (p, acc, q) = unsafe { acc.align_to_mut::<f32>() };
+    // SAFETY: as above.
+    let ((pa, a, qa), (pb, b, qb)) = unsafe { (a.align_to::<f32>(), b.align_to::<f32>()) };
+    if [p.len(), q.len(), pa.len(), qa.len(), pb.len(), qb.len()] != [0; 6] {
+        return false;
+    }
+    for ((d, x), y) in acc.iter_mut().zip(a).zip(b) {
+        *d = x + y;
+    }
+    true
 }
 
 /// A sub-block as a part of its own (the accessors below take parts).

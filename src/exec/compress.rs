@@ -360,33 +360,43 @@ const MAG: u32 = 0x7fff_ffff;
 #[inline(always)]
 fn topk_collect(x: &[f32], t: u32, limit: usize, ties: usize, out: &mut Vec<(u32, u32)>) -> bool {
     const B: usize = 16;
-    let (mut above, mut equal) = (0usize, 0usize);
-    let rest = x.chunks_exact(B).remainder();
+    let mut n = [0usize; 2];
+    let mut blocks = x.chunks_exact(B);
     let mut base = 0u32;
-    for c in x.chunks_exact(B).chain(std::iter::once(rest)) {
-        let mut m = [0u32; B];
-        for (m, &v) in m.iter_mut().zip(c) {
-            *m = v.to_bits() & MAG;
-        }
-        let top = m.iter().fold(0, |a, &b| a.max(b));
+    for c in &mut blocks {
+        let c: &[f32; B] = c.try_into().expect("block of B");
+        let top = c.iter().fold(0u32, |a, v| a.max(v.to_bits() & MAG));
         // Once `ties` equal ones are in, only larger ones matter.
-        if top > t || (top == t && equal < ties) {
-            for (j, (&b, &v)) in m.iter().zip(c).enumerate() {
-                if b > t {
-                    above += 1;
-                    out.push((base + j as u32, v.to_bits()));
-                } else if b == t && equal < ties {
-                    equal += 1;
-                    out.push((base + j as u32, v.to_bits()));
-                }
-            }
-            if above > limit {
+        if top > t || (top == t && n[1] < ties) {
+            collect_from(c, base, t, ties, &mut n, out);
+            if n[0] > limit {
                 return false;
             }
         }
         base += B as u32;
     }
-    true
+    collect_from(blocks.remainder(), base, t, ties, &mut n, out);
+    n[0] <= limit
+}
+
+/// [`topk_collect`]'s scalar part over `c` (elements from `base`): `n` counts the elements
+/// above `t` and those equal to it taken so far.
+#[inline(always)]
+fn collect_from(
+    c: &[f32],
+    base: u32,
+    t: u32,
+    ties: usize,
+    n: &mut [usize; 2],
+    out: &mut Vec<(u32, u32)>,
+) {
+    for (j, &v) in c.iter().enumerate() {
+        let b = v.to_bits() & MAG;
+        if b > t || (b == t && n[1] < ties) {
+            n[usize::from(b == t)] += 1;
+            out.push((base + j as u32, v.to_bits()));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

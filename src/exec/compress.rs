@@ -379,6 +379,71 @@ fn topk_collect(x: &[f32], t: u32, limit: usize, ties: usize, out: &mut Vec<(u32
     n[0] <= limit
 }
 
+/// [`topk_collect`] of `a + b` (f32 sums), or with `res` of `res += a + b` (every element of
+/// `res` is updated, whether the collection succeeds or not).
+#[inline(always)]
+fn topk_sum_collect(
+    a: &[f32],
+    b: &[f32],
+    mut res: Option<&mut [f32]>,
+    t: u32,
+    limit: usize,
+    ties: usize,
+    out: &mut Vec<(u32, u32)>,
+) -> bool {
+    const B: usize = 16;
+    let mut n = [0usize; 2];
+    let full = a.len() / B * B;
+    let mut collecting = true;
+    let mut v = [0f32; B];
+    for i in (0..full).step_by(B) {
+        let x: &[f32; B] = a[i..i + B].try_into().expect("block of B");
+        let y: &[f32; B] = b[i..i + B].try_into().expect("block of B");
+        match res.as_deref_mut() {
+            Some(r) => {
+                let r: &mut [f32; B] = (&mut r[i..i + B]).try_into().expect("block of B");
+                for ((r, x), y) in r.iter_mut().zip(x).zip(y) {
+                    *r += x + y;
+                }
+                v = *r;
+            }
+            None => {
+                for ((v, x), y) in v.iter_mut().zip(x).zip(y) {
+                    *v = x + y;
+                }
+            }
+        }
+        if !collecting {
+            continue;
+        }
+        let top = v.iter().fold(0u32, |m, x| m.max(x.to_bits() & MAG));
+        if top > t || (top == t && n[1] < ties) {
+            collect_from(&v, i as u32, t, ties, &mut n, out);
+            if n[0] > limit {
+                if res.is_none() {
+                    return false;
+                }
+                collecting = false;
+            }
+        }
+    }
+    let mut tail = [0f32; B];
+    let w = a.len() - full;
+    for (j, (x, y)) in a[full..].iter().zip(&b[full..]).enumerate() {
+        tail[j] = match res.as_deref_mut() {
+            Some(r) => {
+                r[full + j] += x + y;
+                r[full + j]
+            }
+            None => x + y,
+        };
+    }
+    if collecting {
+        collect_from(&tail[..w], full as u32, t, ties, &mut n, out);
+    }
+    collecting && n[0] <= limit
+}
+
 /// [`topk_collect`]'s scalar part over `c` (elements from `base`): `n` counts the elements
 /// above `t` and those equal to it taken so far.
 #[inline(always)]
@@ -408,6 +473,8 @@ type HalfApply = unsafe fn(&[u8], &mut [f32]);
 type Int8Encode = unsafe fn(&[f32], usize, &mut [u8], &mut [u8]);
 type Int8Apply = unsafe fn(&[u8], &[u8], usize, &mut [f32]);
 type TopkCollect = unsafe fn(&[f32], u32, usize, usize, &mut Vec<(u32, u32)>) -> bool;
+type TopkSumCollect =
+    unsafe fn(&[f32], &[f32], Option<&mut [f32]>, u32, usize, usize, &mut Vec<(u32, u32)>) -> bool;
 
 /// One level's kernels.
 struct Kernels {
@@ -425,6 +492,7 @@ struct Kernels {
     int8_sub: Int8Apply,
     int8_set: Int8Apply,
     topk_collect: TopkCollect,
+    topk_sum_collect: TopkSumCollect,
 }
 
 /// The level functions of one set of target features: `$feat` empty for the baseline.
@@ -498,6 +566,19 @@ macro_rules! level {
             ) -> bool {
                 super::topk_collect(x, t, limit, ties, out)
             }
+            #[allow(clippy::too_many_arguments)]
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn topk_sum_collect(
+                a: &[f32],
+                b: &[f32],
+                res: Option<&mut [f32]>,
+                t: u32,
+                limit: usize,
+                ties: usize,
+                out: &mut Vec<(u32, u32)>,
+            ) -> bool {
+                super::topk_sum_collect(a, b, res, t, limit, ties, out)
+            }
             pub fn kernels(name: &'static str) -> Kernels {
                 Kernels {
                     name,
@@ -514,6 +595,7 @@ macro_rules! level {
                     int8_sub,
                     int8_set,
                     topk_collect,
+                    topk_sum_collect,
                 }
             }
         }
@@ -664,21 +746,108 @@ fn sample_at(j: usize, n: usize) -> usize {
 /// selects over all of `x`. Either way the selection is the same.
 fn topk_sampled(k: &Kernels, x: &[f32], kk: usize, scratch: &mut Scratch) -> bool {
     let n = x.len();
-    if n < 16 * SAMPLE || kk * 16 > n {
+    let Some(t) = guess_threshold(n, kk, |i| x[i].to_bits(), scratch) else {
         return false;
-    }
-    let sample = &mut scratch.mags;
-    sample.clear();
-    sample.extend((0..SAMPLE).map(|j| x[sample_at(j, n)].to_bits() & MAG));
-    let expect = kk * SAMPLE / n;
-    let j = (2 * expect + 16).min(SAMPLE);
-    let t = *sample.select_nth_unstable_by(j - 1, |a, b| b.cmp(a)).1;
-    let limit = 4 * kk + n / 64;
-    scratch.cand.clear();
-    scratch.cand.reserve(limit + kk + 16);
+    };
+    let limit = candidate_limit(n, kk);
     // SAFETY: `k` is a level this CPU supports (`available` detected its features).
     let ok = unsafe { (k.topk_collect)(x, t, limit, kk, &mut scratch.cand) };
     ok && scratch.cand.len() >= kk
+}
+
+/// Most candidates above the threshold [`topk_sampled`] accepts.
+fn candidate_limit(n: usize, kk: usize) -> usize {
+    4 * kk + n / 64
+}
+
+/// [`topk_sampled`]'s threshold for the `kk` largest of `n` elements whose f32 bits `at`
+/// gives, with `scratch.cand` emptied and reserved; `None` when `n` is too small or `kk` too
+/// large a share for a sample to pay off.
+fn guess_threshold(
+    n: usize,
+    kk: usize,
+    at: impl Fn(usize) -> u32,
+    scratch: &mut Scratch,
+) -> Option<u32> {
+    if n < 16 * SAMPLE || kk * 16 > n {
+        return None;
+    }
+    let sample = &mut scratch.mags;
+    sample.clear();
+    sample.extend((0..SAMPLE).map(|j| at(sample_at(j, n)) & MAG));
+    let expect = kk * SAMPLE / n;
+    let j = (2 * expect + 16).min(SAMPLE);
+    let t = *sample.select_nth_unstable_by(j - 1, |a, b| b.cmp(a)).1;
+    scratch.cand.clear();
+    scratch.cand.reserve(candidate_limit(n, kk) + kk + 16);
+    Some(t)
+}
+
+/// Top-k (`ratio`) compression of `x = a + b`, the f32 sums of two level0 contributions, into
+/// `out`, the same blob as [`compress`] of `x` gives; with error feedback (`res`), of
+/// `res += x` instead, which the caller then turns into its residual with [`residual`]. The
+/// sums are formed in the candidate pass and never stored (without `res`), so a level0 sum
+/// costs one read of each input; `spill` (as long as `a`) receives them only when the
+/// sampled threshold fails and the selection must see them all.
+#[allow(clippy::too_many_arguments)]
+pub fn compress_topk_of_sum(
+    ratio: f32,
+    a: &[f32],
+    b: &[f32],
+    mut res: Option<&mut [f32]>,
+    spill: &mut [f32],
+    out: &mut [u8],
+    scratch: &mut Scratch,
+) {
+    let k = kernels();
+    let n = a.len();
+    assert!(b.len() == n && spill.len() == n && res.as_ref().is_none_or(|r| r.len() == n));
+    let m = Method::TopK { ratio };
+    let kk = topk_count(ratio, n);
+    let value = |r: &Option<&mut [f32]>, i: usize| {
+        let x = a[i] + b[i];
+        match r {
+            Some(r) => (r[i] + x).to_bits(),
+            None => x.to_bits(),
+        }
+    };
+    let mut summed = false;
+    if kk > 0 {
+        if let Some(t) = guess_threshold(n, kk, |i| value(&res, i), scratch) {
+            let limit = candidate_limit(n, kk);
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            let ok = unsafe {
+                (k.topk_sum_collect)(a, b, res.as_deref_mut(), t, limit, kk, &mut scratch.cand)
+            };
+            summed = true;
+            if ok && scratch.cand.len() >= kk {
+                assert_eq!(out.len(), blob_len(m, n), "blob buffer size");
+                let (h, body) = out.split_at_mut(HEADER);
+                h.copy_from_slice(&header(m, n));
+                let (idx, val) = body.split_at_mut(4 * kk);
+                let (t, above) = kth_of_candidates(&scratch.cand, kk, &mut scratch.mags);
+                emit(scratch.cand.iter().copied(), t, kk - above, idx, val);
+                return;
+            }
+        }
+    }
+    let x: &[f32] = match res {
+        Some(r) => {
+            if !summed {
+                for ((r, x), y) in r.iter_mut().zip(a).zip(b) {
+                    *r += x + y;
+                }
+            }
+            r
+        }
+        None => {
+            for ((s, x), y) in spill.iter_mut().zip(a).zip(b) {
+                *s = x + y;
+            }
+            spill
+        }
+    };
+    compress_with(k, m, x, out, scratch)
 }
 
 /// The magnitude bits of the `kk`-th largest of `cand`'s magnitudes (kk ≤ its length), and
@@ -1110,6 +1279,64 @@ mod tests {
                     apply_with(&k, m, &blob, &mut dec, SET).unwrap();
                     let want: Vec<f32> = reference(m, x).iter().map(|d| 0.0 + d).collect();
                     assert!(same_bits(&dec, &want), "{name} ratio {ratio} {}", k.name);
+                }
+            }
+        }
+    }
+
+    /// Top-k of a sum formed during the selection: the same blob as top-k of the stored sum,
+    /// and with error feedback the same residual, whether the sample guides the selection or
+    /// not (then the sums are spilled, or taken from the updated residual).
+    #[test]
+    fn topk_of_a_sum_matches_topk_of_the_stored_sum() {
+        let n = 40 * SAMPLE + 13;
+        let a = values(n, 5, false);
+        let guided = values(n, 6, false);
+        // Sums of zero where the sample looks, large elsewhere: far too many candidates.
+        let sampled: std::collections::HashSet<usize> =
+            (0..SAMPLE).map(|j| sample_at(j, n)).collect();
+        let hidden: Vec<f32> = (0..n)
+            .map(|i| if sampled.contains(&i) { -a[i] } else { 1000.0 + i as f32 })
+            .collect();
+        let prior = values(n, 8, false);
+        let mut s = Scratch::default();
+        for (b, spills) in [(&guided, false), (&hidden, true)] {
+            for ratio in [0.001, 0.01, 0.05, 0.5] {
+                let m = Method::TopK { ratio };
+                for feedback in [false, true] {
+                    let sum: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+                    let mut want_res = prior.clone();
+                    let x = if feedback {
+                        for (r, v) in want_res.iter_mut().zip(&sum) {
+                            *r += v;
+                        }
+                        &want_res
+                    } else {
+                        &sum
+                    };
+                    let mut want = vec![0u8; blob_len(m, n)];
+                    compress(m, x, &mut want, &mut s);
+                    let mut got = vec![0u8; blob_len(m, n)];
+                    let mut res = prior.clone();
+                    let mut spill = vec![0f32; n];
+                    compress_topk_of_sum(
+                        ratio,
+                        &a,
+                        b,
+                        feedback.then_some(&mut res[..]),
+                        &mut spill,
+                        &mut got,
+                        &mut s,
+                    );
+                    assert!(got == want, "ratio {ratio} feedback {feedback}");
+                    if feedback {
+                        assert!(same_bits(&res, &want_res), "ratio {ratio} residual");
+                    } else {
+                        // Sums are stored only when the selection must see them all (also
+                        // when k is too large a share for sampling).
+                        let spilled = spills || ratio > 0.1;
+                        assert_eq!(same_bits(&spill, &sum), spilled, "ratio {ratio} spill");
+                    }
                 }
             }
         }

@@ -9,7 +9,10 @@
 //!   range, needs no search, and costs 4 bytes per block (1.6% at the default 256); a block
 //!   holding a NaN or an infinity decodes as NaN, so bad input stays visible;
 //! - top-k: the `k = ceil(ratio · n)` elements of largest magnitude (ties broken by lower
-//!   index), as k u32 indices in increasing order, then their k f32 values, exact.
+//!   index), as k u32 indices in increasing order, then their k f32 values, exact. They are
+//!   selected in one streaming pass: a threshold guessed from a sample keeps a few times k
+//!   candidates, and an exact selection among those picks k; when the guess fails, a radix
+//!   selection over the whole input (three passes) gives the same k.
 //!
 //! The receiver checks the header against what it expects and top-k indices against the
 //! element count, so a peer that disagrees on the method or sends garbage yields an error, never
@@ -1296,7 +1299,13 @@ mod tests {
         let sampled: std::collections::HashSet<usize> =
             (0..SAMPLE).map(|j| sample_at(j, n)).collect();
         let hidden: Vec<f32> = (0..n)
-            .map(|i| if sampled.contains(&i) { -a[i] } else { 1000.0 + i as f32 })
+            .map(|i| {
+                if sampled.contains(&i) {
+                    -a[i]
+                } else {
+                    1000.0 + i as f32
+                }
+            })
             .collect();
         let prior = values(n, 8, false);
         let mut s = Scratch::default();

@@ -732,11 +732,18 @@ fn emit(
 /// Elements sampled to guess a top-k threshold.
 const SAMPLE: usize = 2048;
 
-/// Where the `j`-th of [`SAMPLE`] samples of `n` elements is taken: in the j-th stretch of
-/// n / SAMPLE elements, at a hashed offset.
+/// Samples per run: a run of consecutive elements is one or two cache lines, so the sample
+/// costs a few hundred memory accesses, and it sees every phase of short periodic patterns.
+const SAMPLE_RUN: usize = 16;
+
+/// Where the `j`-th of [`SAMPLE`] samples of `n` (at least `SAMPLE`) elements is taken: in run
+/// `j / SAMPLE_RUN`, which starts at a hashed offset within its stretch of the elements.
 fn sample_at(j: usize, n: usize) -> usize {
-    let h = (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
-    ((j as u64 * n as u64 + h % n as u64) / SAMPLE as u64) as usize
+    let runs = (SAMPLE / SAMPLE_RUN) as u64;
+    let r = (j / SAMPLE_RUN) as u64;
+    let h = r.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    let start = ((r * n as u64 + h % n as u64) / runs) as usize;
+    start.min(n - SAMPLE_RUN) + j % SAMPLE_RUN
 }
 
 /// Collects into `scratch.cand` a superset of the `kk` largest magnitudes of `x` in index
@@ -744,7 +751,8 @@ fn sample_at(j: usize, n: usize) -> usize {
 /// a threshold `t` guessed from a sample, and the first `kk` equal to it (the kk-th largest is
 /// at least `t` once that makes `kk`, and its ties go to the lowest indices, so this holds the
 /// selection). `t` is the sample's order statistic at about twice the expected share plus a
-/// margin; the sample's positions are scattered so that periodic data cannot fool it. False
+/// margin; the sample is taken in short runs at scattered places, so that periodic data
+/// cannot fool it. False
 /// when the guess leaves fewer than `kk` candidates or far too many above `t`: the caller then
 /// selects over all of `x`. Either way the selection is the same.
 fn topk_sampled(k: &Kernels, x: &[f32], kk: usize, scratch: &mut Scratch) -> bool {

@@ -24,6 +24,16 @@
 //! the only ones in use during a step, so the workspace stays a few pieces long whatever the
 //! count.
 //!
+//! When a group's blobs of a piece are small beside the piece (at most 1/[`FORWARD_SHARE`] of
+//! its bytes: top-k), the mesh takes the forwarding form instead: rather than gather decoded
+//! pieces at full precision, each owner forwards every group's blobs of its pieces to its group
+//! peers (F, in step t + 3, beside its own decoding), and every rank decodes every piece into
+//! its output (the forwarded ones in step t + 4): all decode the same bytes in the same order,
+//! so the results stay bit-identical, and level0 carries the blobs instead of the data. Level0
+//! sums are then always folded by the caller in local rank order, starting from its input, so
+//! the reduce step copies nothing; blobs stay in use one step longer ([`FORWARD_SLOTS`] slots,
+//! each holding every shard's blobs of its piece).
+//!
 //! Level1 traffic per rank of this mesh is (groups − 1) compressed pieces each way per owned
 //! piece: on two groups what a ring AllReduce of the uncompressed shards moves, scaled by the
 //! compression ratio, but growing with the groups. From three groups on, X and D become a
@@ -54,6 +64,14 @@ pub const SLOTS: usize = 3;
 /// Workspace slots of blobs of the staged form: a piece's blobs are in use from its C to its D
 /// step, five steps.
 pub const STAGED_SLOTS: usize = 5;
+
+/// Workspace slots of blobs of the forwarding form: a piece's blobs are in use from its C step
+/// to the decoding of the forwarded ones, four steps.
+pub const FORWARD_SLOTS: usize = 4;
+
+/// The mesh form forwards blobs inside the group instead of gathering the decoded pieces when
+/// a group's blobs of a piece take at most this share of the piece's own bytes.
+pub const FORWARD_SHARE: usize = 4;
 
 /// Fewest groups for which the staged form is used: on two groups it moves the same bytes as
 /// the mesh, with a second compression.
@@ -116,6 +134,8 @@ pub struct Work {
     pub reduce: Option<usize>,
     /// Decode this piece (every group's blob has arrived).
     pub decode: Option<usize>,
+    /// Forwarding form: decode the parts of this piece the group peers forwarded.
+    pub decode_forwarded: Option<usize>,
 }
 
 /// One rank's part in a compressed AllReduce.
@@ -123,12 +143,20 @@ pub struct Work {
 pub struct Plan {
     /// Per piece, the parts of it this rank owns (one per owned shard, empty ones left out).
     pub owned: Vec<Vec<Owned>>,
+    /// Forwarding form: per piece, the parts of it the group peers own, whose blobs (every
+    /// group's, from `slot0`) they forward to this rank to decode (empty otherwise).
+    pub forwarded: Vec<Vec<Owned>>,
     /// This rank's group.
     pub group: usize,
     /// Number of groups.
     pub groups: usize,
     /// Whether this is the staged form (reduce-scatter and allgather across groups).
     pub staged: bool,
+    /// Whether this is the forwarding form: owners forward the blobs of a piece to their
+    /// group peers, and every rank decodes every piece, instead of a full-precision allgather;
+    /// level0 sums are then always folded by the caller (see `Owned::folds`), and the caller
+    /// starts them from its own input (no copy to the output first).
+    pub forward: bool,
     /// Whether this rank is a group of its own: it has no level0 sum to make, so its pieces
     /// are compressed straight from the input (no copy to the output first).
     pub solo: bool,
@@ -167,10 +195,22 @@ pub fn plan(
     // Most shards any rank owns (the smallest group's ranks own the most).
     let most_owned = nsh.div_ceil(hosts.iter().map(Vec::len).min().unwrap_or(1).max(1));
     let staged = ng >= STAGED_FROM;
-    let slots = if staged { STAGED_SLOTS } else { SLOTS };
     let mut piece = max_piece.max(1);
-    // The staged form's parts take about three blobs, at most ng.
-    while piece > 1024 && slots * ng * most_owned * blob(piece) > budget {
+    // Blobs small beside the data they stand for (sparse methods) are cheaper forwarded than
+    // the decoded data gathered: decided from sizes every rank knows alike.
+    let typical = piece.min(longest).max(1);
+    let forward = !staged && ng > 1 && ng * blob(typical) * FORWARD_SHARE <= typical * elem;
+    let slots = if staged {
+        STAGED_SLOTS
+    } else if forward {
+        FORWARD_SLOTS
+    } else {
+        SLOTS
+    };
+    // The staged form's parts take about three blobs, at most ng; the forwarding form holds
+    // every shard's blobs.
+    let held = if forward { nsh } else { most_owned };
+    while piece > 1024 && slots * ng * held * blob(piece) > budget {
         piece /= 2;
     }
     let np = longest.div_ceil(piece).max(1);
@@ -190,7 +230,7 @@ pub fn plan(
     // Deterministic level0 sums (HCCL_DETERMINISTIC): an owner receives its group peers'
     // contributions into fold slots and the caller adds them in local rank order, instead of
     // reducing them in arrival order.
-    let fold = deterministic && local.len() > 1;
+    let fold = (deterministic || forward) && local.len() > 1;
     let peers = local.len() - 1;
     let fold_len = |t: usize| {
         mine.iter()
@@ -305,11 +345,30 @@ pub fn plan(
         };
         (o, x1, x2)
     };
+    // A part forwarded to this rank: every group's blob of it, from `at`.
+    let fwd_part = |(first, len): (usize, usize), at: usize| Owned {
+        first,
+        len,
+        blob: blob(len),
+        slot0: at,
+        bytes: blob(len) * ng,
+        subs: Vec::new(),
+        gathered: 0,
+        folds: Vec::new(),
+    };
     let slot_bytes = (0..np)
         .map(|t| {
-            mine.iter()
-                .filter(|&&s| ranges[s][t].1 > 0)
-                .map(|&s| part(t, s, ranges[s][t], 0).0.bytes)
+            (0..nsh)
+                .filter(|&s| ranges[s][t].1 > 0)
+                .map(|s| {
+                    if s % local.len() == j {
+                        part(t, s, ranges[s][t], 0).0.bytes
+                    } else if forward {
+                        fwd_part(ranges[s][t], 0).bytes
+                    } else {
+                        0
+                    }
+                })
                 .sum::<usize>()
         })
         .max()
@@ -325,10 +384,12 @@ pub fn plan(
                 continue;
             }
             if o == me {
-                out.push(Action::Copy {
-                    src: span(Buf::Send, r),
-                    dst: span(Buf::Recv, r),
-                });
+                if !forward {
+                    out.push(Action::Copy {
+                        src: span(Buf::Send, r),
+                        dst: span(Buf::Recv, r),
+                    });
+                }
                 let folds = folds_of(t, s, r.1);
                 for (qi, &p) in local.iter().filter(|&&p| p != me).enumerate() {
                     out.push(match folds.get(qi) {
@@ -369,30 +430,51 @@ pub fn plan(
             }
         }
     };
-    // Per piece: this rank's parts of it, and the exchanges of their blobs.
+    // Per piece: this rank's parts of it, the exchanges of their blobs, and in the forwarding
+    // form the parts its group peers forward and the forwarding transfers (shard order on
+    // both sides of every pair).
     let built = (0..np).map(|t| {
         let mut at = fold_area + (t % slots) * slot_bytes;
-        let (mut parts, mut x1, mut x2) = (Vec::new(), Vec::new(), Vec::new());
-        for (s, r) in mine
-            .iter()
-            .map(|&s| (s, ranges[s][t]))
-            .filter(|p| p.1 .1 > 0)
-        {
-            let (o, a, b) = part(t, s, r, at);
-            at += o.bytes;
-            parts.push(o);
-            x1.extend(a);
-            x2.extend(b);
+        let (mut parts, mut fwd, mut x1, mut x2, mut f) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (s, r) in (0..nsh).map(|s| (s, ranges[s][t])).filter(|p| p.1 .1 > 0) {
+            if s % local.len() == j {
+                let (o, a, b) = part(t, s, r, at);
+                at += o.bytes;
+                if forward {
+                    for &p in local.iter().filter(|&&p| p != me) {
+                        f.push(Action::Send {
+                            peer: p,
+                            src: Span::new(Buf::Ext(0), o.slot0, o.bytes),
+                        });
+                    }
+                }
+                parts.push(o);
+                x1.extend(a);
+                x2.extend(b);
+            } else if forward {
+                let o = fwd_part(r, at);
+                at += o.bytes;
+                f.push(Action::Recv {
+                    peer: owner(gi, s),
+                    dst: Span::new(Buf::Ext(0), o.slot0, o.bytes),
+                });
+                fwd.push(o);
+            }
         }
-        (parts, x1, x2)
+        (parts, fwd, x1, x2, f)
     });
     let mut owned = Vec::with_capacity(np);
+    let mut forwarded = Vec::with_capacity(np);
     let mut firsts = Vec::with_capacity(np);
     let mut seconds = Vec::with_capacity(np);
-    for (parts, x1, x2) in built {
+    let mut forwards = Vec::with_capacity(np);
+    for (parts, fwd, x1, x2, f) in built {
         owned.push(parts);
+        forwarded.push(fwd);
         firsts.push(x1);
         seconds.push(x2);
+        forwards.push(f);
     }
 
     // Stage offsets: R(t) runs in step t, G(t) in step t + last.
@@ -412,21 +494,28 @@ pub fn plan(
         if let Some(t) = piece_at(i) {
             reduce(t, step);
         }
-        if let Some(t) = piece_at(i - last as isize) {
+        if let Some(t) = piece_at(i - last as isize).filter(|_| !forward) {
             gather(t, step);
+        }
+        // Forwarding: piece t's blobs are complete after its exchange in step t + 2.
+        if let Some(t) = piece_at(i - 3).filter(|_| forward) {
+            step.extend_from_slice(&forwards[t]);
         }
         steps.push(sched.finish());
         work.push(Work {
             compress: piece_at(i - 1),
             reduce: piece_at(i - 3).filter(|_| staged),
             decode: piece_at(i + 1 - last as isize),
+            decode_forwarded: piece_at(i - 4).filter(|_| forward),
         });
     }
     Plan {
         owned,
+        forwarded,
         group: gi,
         groups: ng,
         staged,
+        forward,
         solo,
         steps,
         work,
@@ -455,8 +544,25 @@ mod tests {
         }
     }
 
+    /// The same for blobs small enough to be forwarded inside the group: then no level0 sum
+    /// follows arrival order either, no full-precision data is gathered, every rank decodes
+    /// every element once (its own parts and the forwarded ones), and forwarded blobs are in use
+    /// one step longer.
+    #[test]
+    fn forwarding_pipeline_pairs_up_and_decodes_every_element_once() {
+        for det in [false, true] {
+            assert!(pipeline_checks_with(det, &|n: usize| 16 + n / 64) > 0);
+        }
+    }
+
     fn pipeline_checks(det: bool) {
-        let blob = |n: usize| 16 + n / 2;
+        assert_eq!(pipeline_checks_with(det, &|n: usize| 16 + n / 2), 0);
+    }
+
+    /// Runs the checks over several topologies and counts; returns how many plans were of the
+    /// forwarding form.
+    fn pipeline_checks_with(det: bool, blob: &dyn Fn(usize) -> usize) -> usize {
+        let mut forwarding = 0;
         for sizes in [
             vec![1u32],
             vec![4],
@@ -476,18 +582,34 @@ mod tests {
                 (1001, 1 << 20),
             ] {
                 let plans: Vec<Plan> = (0..n)
-                    .map(|r| plan(&topo, r, count, 4, &blob, max_piece, usize::MAX, det))
+                    .map(|r| plan(&topo, r, count, 4, blob, max_piece, usize::MAX, det))
                     .collect();
+                forwarding += plans.iter().filter(|p| p.forward).count();
                 for (r, p) in plans.iter().enumerate() {
                     let m = topo.hosts()[topo.host(r as u32) as usize].len();
-                    let arrival = p
-                        .steps
-                        .iter()
-                        .flat_map(comm)
-                        .any(|a| matches!(a, Action::RecvReduce { .. }));
-                    assert!(!(det && arrival), "{sizes:?} rank {r}");
+                    let acts = || p.steps.iter().flat_map(comm);
+                    let arrival = acts().any(|a| matches!(a, Action::RecvReduce { .. }));
+                    let folded = det || p.forward;
+                    assert!(!(folded && arrival), "{sizes:?} rank {r}");
+                    if p.forward {
+                        // Nothing of the output crosses a link: only blobs are forwarded.
+                        assert!(
+                            acts().all(|a| !matches!(a, Action::Copy { .. })
+                                && !matches!(a, Action::Send { src, .. } if src.buf == Buf::Recv)),
+                            "{sizes:?} rank {r}"
+                        );
+                        let mut decoded = vec![0u32; count];
+                        for o in p.owned.iter().chain(&p.forwarded).flatten() {
+                            for c in &mut decoded[o.first..o.first + o.len] {
+                                *c += 1;
+                            }
+                        }
+                        assert!(decoded.iter().all(|&c| c == 1), "{sizes:?} rank {r}");
+                    } else {
+                        assert!(p.forwarded.iter().all(Vec::is_empty));
+                    }
                     for o in p.owned.iter().flatten() {
-                        assert_eq!(o.folds.len(), if det { m - 1 } else { 0 });
+                        assert_eq!(o.folds.len(), if folded { m - 1 } else { 0 });
                         // Fold slots lie before the blobs.
                         for &f in &o.folds {
                             assert!(f + o.len * 4 <= o.slot0, "{sizes:?} rank {r}");
@@ -565,6 +687,12 @@ mod tests {
                             assert!(p.work.iter().all(|w| w.reduce.is_none()));
                             assert!(d >= t + 2 && d < t + 4, "decode {t} at {d}");
                         }
+                        if p.forward {
+                            // Forwarded in step t + 3, after the exchange; decoded in the next.
+                            assert_eq!(when(&|w| w.decode_forwarded, t), t + 4);
+                        } else {
+                            assert!(p.work.iter().all(|w| w.decode_forwarded.is_none()));
+                        }
                     }
                     for (i, w) in p.work.iter().enumerate() {
                         let t = i as isize - 2;
@@ -575,13 +703,17 @@ mod tests {
                             w.compress.map(|x| x as isize),
                             w.reduce.map(|x| x as isize),
                             w.decode.map(|x| x as isize),
+                            w.decode_forwarded.map(|x| x as isize),
                         ];
-                        for t in pieces
+                        let mut pieces: Vec<isize> = pieces
                             .into_iter()
                             .flatten()
                             .filter(|&t| t >= 0 && (t as usize) < np)
-                        {
-                            for o in &p.owned[t as usize] {
+                            .collect();
+                        pieces.sort();
+                        pieces.dedup();
+                        for t in pieces {
+                            for o in p.owned[t as usize].iter().chain(&p.forwarded[t as usize]) {
                                 live.push((o.slot0, o.slot0 + o.bytes));
                             }
                         }
@@ -595,6 +727,7 @@ mod tests {
                 }
             }
         }
+        forwarding
     }
 
     /// From three groups on, each owned part is cut into one sub-block per group, and a rank

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::algo::compressed::{self, Owned, Plan, Sub};
 use crate::algo::Topo;
-use crate::base::compress::Spec;
+use crate::base::compress::{Method, Spec};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::exec::compress::{self as kernels, blob_len, Scratch};
@@ -139,9 +139,13 @@ impl Data<'_> {
             // SAFETY: forwarded.
             unsafe { self.reduce(t, k) }?;
         }
-        match w.decode {
+        if let Some(t) = w.decode {
             // SAFETY: forwarded.
-            Some(t) => unsafe { self.decode(t, k) },
+            unsafe { self.decode(t, &self.plan.owned[t], k) }?;
+        }
+        match w.decode_forwarded {
+            // SAFETY: forwarded.
+            Some(t) => unsafe { self.decode(t, &self.plan.forwarded[t], k) },
             None => Ok(()),
         }
     }
@@ -151,9 +155,11 @@ impl Data<'_> {
     /// # Safety
     /// As for [`Data::work`].
     unsafe fn compress(&self, t: usize, k: &mut Kernels) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.fold(t) }?;
         if self.plan.staged {
+            for o in &self.plan.owned[t] {
+                // SAFETY: forwarded.
+                unsafe { self.fold(o) }?;
+            }
             // SAFETY: forwarded.
             return unsafe { self.compress_subs(t, k) };
         }
@@ -162,9 +168,70 @@ impl Data<'_> {
             // in flight during this step.
             let mine = unsafe { self.blob_mut(o.slot0 + self.plan.group * o.blob, o.blob) };
             // SAFETY: forwarded.
+            if unsafe { self.compress_topk_of_sum(o, mine, k) }? {
+                continue;
+            }
+            // SAFETY: forwarded.
+            unsafe { self.fold(o) }?;
+            // SAFETY: forwarded.
             unsafe { self.compress_part(o, mine, k) }?;
         }
         Ok(())
+    }
+
+    /// Forwarding form, top-k of fp32 on hosts of two ranks: sums part `o` (this rank's input
+    /// and its one peer's contribution, in that order, as [`Data::fold`] does) in the same pass
+    /// as top-k selects from it, so the sum is never stored (without error feedback), and
+    /// compresses it into `out`. False (nothing done) when this does not apply.
+    ///
+    /// # Safety
+    /// As for [`Data::work`]: `o`'s fold slot is complete and nothing writes it meanwhile.
+    unsafe fn compress_topk_of_sum(
+        &self,
+        o: &Owned,
+        out: &mut [u8],
+        k: &mut Kernels,
+    ) -> Result<bool> {
+        let Method::TopK { ratio } = self.method else {
+            return Ok(false);
+        };
+        if !self.plan.forward || o.folds.len() != 1 {
+            return Ok(false);
+        }
+        // SAFETY: the part lies inside `send` (read only) and `recv` (this rank's until its
+        // decoding).
+        let (own, spill) = unsafe {
+            (
+                f32_ref(self.dtype, self.send, o),
+                f32_shard(self.dtype, self.recv, o),
+            )
+        };
+        let (Some(own), Some(spill)) = (own, spill) else {
+            return Ok(false);
+        };
+        // SAFETY: the fold slot, received in the previous step and not written again before
+        // the next one.
+        let theirs = unsafe { self.blob(o.folds[0], o.len * 4) };
+        // SAFETY: every bit pattern is an f32.
+        let (pre, theirs, post) = unsafe { theirs.align_to::<f32>() };
+        if !pre.is_empty() || !post.is_empty() {
+            return Ok(false);
+        }
+        // SAFETY: forwarded.
+        let mut res = unsafe { self.residual_of(o) };
+        kernels::compress_topk_of_sum(
+            ratio,
+            own,
+            theirs,
+            res.as_deref_mut(),
+            spill,
+            out,
+            &mut k.scratch,
+        );
+        if let Some(res) = res {
+            kernels::residual(self.method, out, res)?;
+        }
+        Ok(true)
     }
 
     /// Compresses part `o` of this rank's level0 sum (in the output; in the input when the
@@ -200,20 +267,37 @@ impl Data<'_> {
         Ok(())
     }
 
-    /// Deterministic level0 sums: adds the group peers' contributions to this rank's parts of
-    /// piece `t`, which received them into fold slots, in local rank order.
+    /// Deterministic level0 sums: adds the group peers' contributions to this rank's part `o`,
+    /// which received them into fold slots, in local rank order. In the forwarding
+    /// form, the sum starts from this rank's input (in the other forms its reduce step copied
+    /// it to the output), in one pass with the first peer's for fp32.
     ///
     /// # Safety
     /// As for [`Data::work`].
-    unsafe fn fold(&self, t: usize) -> Result<()> {
+    unsafe fn fold(&self, o: &Owned) -> Result<()> {
         let es = self.dtype.size();
-        for o in self.plan.owned[t].iter().filter(|o| !o.folds.is_empty()) {
+        if !o.folds.is_empty() {
             // SAFETY: the part lies inside `recv`, holding this rank's own contribution since
-            // its reduce step; nothing else touches it until its gather step.
+            // its reduce step (forwarding form: nothing yet); nothing else touches it until
+            // its gather step (forwarding form: its decoding).
             let acc = unsafe {
                 std::slice::from_raw_parts_mut((self.recv + o.first * es) as *mut u8, o.len * es)
             };
-            for &at in &o.folds {
+            let mut folds = &o.folds[..];
+            if self.plan.forward {
+                // SAFETY: the part lies inside `send`, which nothing writes.
+                let own = unsafe {
+                    std::slice::from_raw_parts((self.send + o.first * es) as *const u8, o.len * es)
+                };
+                // SAFETY: the first fold slot, as below.
+                let first = unsafe { self.blob(folds[0], o.len * es) };
+                if !sum_f32(self.dtype, acc, own, first) {
+                    acc.copy_from_slice(own);
+                    reduce_inplace(self.dtype, ReduceOp::Sum, acc, first)?;
+                }
+                folds = &folds[1..];
+            }
+            for &at in folds {
                 // SAFETY: a fold slot, received in the previous step and not written again
                 // before the next one.
                 let theirs = unsafe { self.blob(at, o.len * es) };
@@ -348,17 +432,17 @@ impl Data<'_> {
         Ok(())
     }
 
-    /// Decodes every group's blob of this rank's parts of piece `t`, in group order, into the
-    /// output.
+    /// Decodes every group's blob of `parts` of piece `t` (this rank's own, or in the
+    /// forwarding form those its group peers forwarded), in group order, into the output.
     ///
     /// # Safety
     /// As for [`Data::work`].
-    unsafe fn decode(&self, t: usize, k: &mut Kernels) -> Result<()> {
+    unsafe fn decode(&self, t: usize, parts: &[Owned], k: &mut Kernels) -> Result<()> {
         if self.plan.staged {
             // SAFETY: forwarded.
             return unsafe { self.decode_subs(t, k) };
         }
-        for o in &self.plan.owned[t] {
+        for o in parts {
             // fp32 output is the accumulator itself; other types go through `acc`.
             // SAFETY: the piece lies inside `recv`, which nothing else touches meanwhile.
             let direct = unsafe { f32_shard(self.dtype, self.recv, o) };
@@ -565,6 +649,25 @@ fn pipelined(
         }
         out
     })
+}
+
+/// `acc = a + b` as f32 values in one pass, when the data are fp32 and all three aligned;
+/// false (nothing written) otherwise.
+fn sum_f32(dtype: DataType, acc: &mut [u8], a: &[u8], b: &[u8]) -> bool {
+    if dtype != DataType::Fp32 {
+        return false;
+    }
+    // SAFETY: every bit pattern is an f32; `align_to` only hands out aligned middles.
+    let (p, acc, q) = unsafe { acc.align_to_mut::<f32>() };
+    // SAFETY: as above.
+    let ((pa, a, qa), (pb, b, qb)) = unsafe { (a.align_to::<f32>(), b.align_to::<f32>()) };
+    if [p.len(), q.len(), pa.len(), qa.len(), pb.len(), qb.len()] != [0; 6] {
+        return false;
+    }
+    for ((d, x), y) in acc.iter_mut().zip(a).zip(b) {
+        *d = x + y;
+    }
+    true
 }
 
 /// A sub-block as a part of its own (the accessors below take parts).

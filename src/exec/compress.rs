@@ -9,7 +9,10 @@
 //!   range, needs no search, and costs 4 bytes per block (1.6% at the default 256); a block
 //!   holding a NaN or an infinity decodes as NaN, so bad input stays visible;
 //! - top-k: the `k = ceil(ratio · n)` elements of largest magnitude (ties broken by lower
-//!   index), as k u32 indices in increasing order, then their k f32 values, exact.
+//!   index), as k u32 indices in increasing order, then their k f32 values, exact. They are
+//!   selected in one streaming pass: a threshold guessed from a sample keeps a few times k
+//!   candidates, and an exact selection among those picks k; when the guess fails, a radix
+//!   selection over the whole input (three passes) gives the same k.
 //!
 //! The receiver checks the header against what it expects and top-k indices against the
 //! element count, so a peer that disagrees on the method or sends garbage yields an error, never
@@ -350,6 +353,120 @@ fn int8_apply<const MODE: u8>(scales: &[u8], q: &[u8], block: usize, acc: &mut [
     }
 }
 
+/// Magnitude bits of an f32 (integer order equals magnitude order; NaN above infinity).
+const MAG: u32 = 0x7fff_ffff;
+
+/// Appends `(index, bits)` of the elements of `x` whose magnitude bits exceed `t`, and of the
+/// first `ties` (in index order) equal to it, in index order; gives up (false) once more than
+/// `limit` exceed `t`. Blocks of 16 are tested with one vectorised maximum first, since most
+/// hold no candidate.
+#[inline(always)]
+fn topk_collect(x: &[f32], t: u32, limit: usize, ties: usize, out: &mut Vec<(u32, u32)>) -> bool {
+    const B: usize = 16;
+    let mut n = [0usize; 2];
+    let mut blocks = x.chunks_exact(B);
+    let mut base = 0u32;
+    for c in &mut blocks {
+        let c: &[f32; B] = c.try_into().expect("block of B");
+        let top = c.iter().fold(0u32, |a, v| a.max(v.to_bits() & MAG));
+        // Once `ties` equal ones are in, only larger ones matter.
+        if top > t || (top == t && n[1] < ties) {
+            collect_from(c, base, t, ties, &mut n, out);
+            if n[0] > limit {
+                return false;
+            }
+        }
+        base += B as u32;
+    }
+    collect_from(blocks.remainder(), base, t, ties, &mut n, out);
+    n[0] <= limit
+}
+
+/// [`topk_collect`] of `a + b` (f32 sums), or with `res` of `res += a + b` (every element of
+/// `res` is updated, whether the collection succeeds or not).
+#[inline(always)]
+fn topk_sum_collect(
+    a: &[f32],
+    b: &[f32],
+    mut res: Option<&mut [f32]>,
+    t: u32,
+    limit: usize,
+    ties: usize,
+    out: &mut Vec<(u32, u32)>,
+) -> bool {
+    const B: usize = 16;
+    let mut n = [0usize; 2];
+    let full = a.len() / B * B;
+    let mut collecting = true;
+    let mut v = [0f32; B];
+    for i in (0..full).step_by(B) {
+        let x: &[f32; B] = a[i..i + B].try_into().expect("block of B");
+        let y: &[f32; B] = b[i..i + B].try_into().expect("block of B");
+        match res.as_deref_mut() {
+            Some(r) => {
+                let r: &mut [f32; B] = (&mut r[i..i + B]).try_into().expect("block of B");
+                for ((r, x), y) in r.iter_mut().zip(x).zip(y) {
+                    *r += x + y;
+                }
+                v = *r;
+            }
+            None => {
+                for ((v, x), y) in v.iter_mut().zip(x).zip(y) {
+                    *v = x + y;
+                }
+            }
+        }
+        if !collecting {
+            continue;
+        }
+        let top = v.iter().fold(0u32, |m, x| m.max(x.to_bits() & MAG));
+        if top > t || (top == t && n[1] < ties) {
+            collect_from(&v, i as u32, t, ties, &mut n, out);
+            if n[0] > limit {
+                if res.is_none() {
+                    return false;
+                }
+                collecting = false;
+            }
+        }
+    }
+    let mut tail = [0f32; B];
+    let w = a.len() - full;
+    for (j, (x, y)) in a[full..].iter().zip(&b[full..]).enumerate() {
+        tail[j] = match res.as_deref_mut() {
+            Some(r) => {
+                r[full + j] += x + y;
+                r[full + j]
+            }
+            None => x + y,
+        };
+    }
+    if collecting {
+        collect_from(&tail[..w], full as u32, t, ties, &mut n, out);
+    }
+    collecting && n[0] <= limit
+}
+
+/// [`topk_collect`]'s scalar part over `c` (elements from `base`): `n` counts the elements
+/// above `t` and those equal to it taken so far.
+#[inline(always)]
+fn collect_from(
+    c: &[f32],
+    base: u32,
+    t: u32,
+    ties: usize,
+    n: &mut [usize; 2],
+    out: &mut Vec<(u32, u32)>,
+) {
+    for (j, &v) in c.iter().enumerate() {
+        let b = v.to_bits() & MAG;
+        if b > t || (b == t && n[1] < ties) {
+            n[usize::from(b == t)] += 1;
+            out.push((base + j as u32, v.to_bits()));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Levels.
 // ---------------------------------------------------------------------------------------------
@@ -358,6 +475,9 @@ type HalfEncode = unsafe fn(&[f32], &mut [u8]);
 type HalfApply = unsafe fn(&[u8], &mut [f32]);
 type Int8Encode = unsafe fn(&[f32], usize, &mut [u8], &mut [u8]);
 type Int8Apply = unsafe fn(&[u8], &[u8], usize, &mut [f32]);
+type TopkCollect = unsafe fn(&[f32], u32, usize, usize, &mut Vec<(u32, u32)>) -> bool;
+type TopkSumCollect =
+    unsafe fn(&[f32], &[f32], Option<&mut [f32]>, u32, usize, usize, &mut Vec<(u32, u32)>) -> bool;
 
 /// One level's kernels.
 struct Kernels {
@@ -374,6 +494,8 @@ struct Kernels {
     int8_add: Int8Apply,
     int8_sub: Int8Apply,
     int8_set: Int8Apply,
+    topk_collect: TopkCollect,
+    topk_sum_collect: TopkSumCollect,
 }
 
 /// The level functions of one set of target features: `$feat` empty for the baseline.
@@ -437,6 +559,29 @@ macro_rules! level {
             pub unsafe fn int8_set(s: &[u8], q: &[u8], b: usize, a: &mut [f32]) {
                 super::int8_apply::<SET>(s, q, b, a)
             }
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn topk_collect(
+                x: &[f32],
+                t: u32,
+                limit: usize,
+                ties: usize,
+                out: &mut Vec<(u32, u32)>,
+            ) -> bool {
+                super::topk_collect(x, t, limit, ties, out)
+            }
+            #[allow(clippy::too_many_arguments)]
+            $(#[target_feature(enable = $feat)])?
+            pub unsafe fn topk_sum_collect(
+                a: &[f32],
+                b: &[f32],
+                res: Option<&mut [f32]>,
+                t: u32,
+                limit: usize,
+                ties: usize,
+                out: &mut Vec<(u32, u32)>,
+            ) -> bool {
+                super::topk_sum_collect(a, b, res, t, limit, ties, out)
+            }
             pub fn kernels(name: &'static str) -> Kernels {
                 Kernels {
                     name,
@@ -452,6 +597,8 @@ macro_rules! level {
                     int8_add,
                     int8_sub,
                     int8_set,
+                    topk_collect,
+                    topk_sum_collect,
                 }
             }
         }
@@ -510,6 +657,10 @@ pub fn kernel_description() -> &'static str {
 #[derive(Default)]
 pub struct Scratch {
     hist: Vec<usize>,
+    /// Top-k candidates: (index, f32 bits).
+    cand: Vec<(u32, u32)>,
+    /// Magnitudes of a sample or of the candidates.
+    mags: Vec<u32>,
 }
 
 /// Encodes `x` with method `m` into `out` (exactly [`blob_len`]`(m, x.len())` bytes).
@@ -542,24 +693,183 @@ fn compress_with(k: &Kernels, m: Method, x: &[f32], out: &mut [u8], scratch: &mu
             if kk == 0 {
                 return;
             }
-            let (t, above) = kth_largest_magnitude(x, kk, scratch);
-            let mut ties = kk - above;
             let (idx, val) = body.split_at_mut(4 * kk);
-            let mut slots = idx.chunks_exact_mut(4).zip(val.chunks_exact_mut(4));
-            for (i, &v) in x.iter().enumerate() {
-                let b = v.to_bits() & 0x7fff_ffff;
-                let take = b > t || (b == t && ties > 0);
-                if take {
-                    if b == t {
-                        ties -= 1;
-                    }
-                    let (si, sv) = slots.next().expect("exactly k selected");
-                    si.copy_from_slice(&(i as u32).to_le_bytes());
-                    sv.copy_from_slice(&v.to_le_bytes());
-                }
+            if topk_sampled(k, x, kk, scratch) {
+                let (t, above) = kth_of_candidates(&scratch.cand, kk, &mut scratch.mags);
+                emit(scratch.cand.iter().copied(), t, kk - above, idx, val);
+            } else {
+                let (t, above) = kth_largest_magnitude(x, kk, scratch);
+                let all = x.iter().enumerate().map(|(i, v)| (i as u32, v.to_bits()));
+                emit(all, t, kk - above, idx, val);
             }
         }
     }
+}
+
+/// Writes the top-k selection to `idx` and `val`: of `elems` (index, f32 bits) in index order,
+/// those whose magnitude bits exceed `t`, and the first `ties` of those equal to it.
+fn emit(
+    elems: impl Iterator<Item = (u32, u32)>,
+    t: u32,
+    mut ties: usize,
+    idx: &mut [u8],
+    val: &mut [u8],
+) {
+    let mut slots = idx.chunks_exact_mut(4).zip(val.chunks_exact_mut(4));
+    for (i, v) in elems {
+        let b = v & MAG;
+        if b > t || (b == t && ties > 0) {
+            if b == t {
+                ties -= 1;
+            }
+            let (si, sv) = slots.next().expect("exactly k selected");
+            si.copy_from_slice(&i.to_le_bytes());
+            sv.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Elements sampled to guess a top-k threshold.
+const SAMPLE: usize = 2048;
+
+/// Samples per run: a run of consecutive elements is one or two cache lines, so the sample
+/// costs a few hundred memory accesses, and it sees every phase of short periodic patterns.
+const SAMPLE_RUN: usize = 16;
+
+/// Where the `j`-th of [`SAMPLE`] samples of `n` (at least `SAMPLE`) elements is taken: in run
+/// `j / SAMPLE_RUN`, which starts at a hashed offset within its stretch of the elements.
+fn sample_at(j: usize, n: usize) -> usize {
+    let runs = (SAMPLE / SAMPLE_RUN) as u64;
+    let r = (j / SAMPLE_RUN) as u64;
+    let h = r.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    let start = ((r * n as u64 + h % n as u64) / runs) as usize;
+    start.min(n - SAMPLE_RUN) + j % SAMPLE_RUN
+}
+
+/// Collects into `scratch.cand` a superset of the `kk` largest magnitudes of `x` in index
+/// order with one streaming pass, instead of the radix selection's three: every element above
+/// a threshold `t` guessed from a sample, and the first `kk` equal to it (the kk-th largest is
+/// at least `t` once that makes `kk`, and its ties go to the lowest indices, so this holds the
+/// selection). `t` is the sample's order statistic at about twice the expected share plus a
+/// margin; the sample is taken in short runs at scattered places, so that periodic data
+/// cannot fool it. False
+/// when the guess leaves fewer than `kk` candidates or far too many above `t`: the caller then
+/// selects over all of `x`. Either way the selection is the same.
+fn topk_sampled(k: &Kernels, x: &[f32], kk: usize, scratch: &mut Scratch) -> bool {
+    let n = x.len();
+    let Some(t) = guess_threshold(n, kk, |i| x[i].to_bits(), scratch) else {
+        return false;
+    };
+    let limit = candidate_limit(n, kk);
+    // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+    let ok = unsafe { (k.topk_collect)(x, t, limit, kk, &mut scratch.cand) };
+    ok && scratch.cand.len() >= kk
+}
+
+/// Most candidates above the threshold [`topk_sampled`] accepts.
+fn candidate_limit(n: usize, kk: usize) -> usize {
+    4 * kk + n / 64
+}
+
+/// [`topk_sampled`]'s threshold for the `kk` largest of `n` elements whose f32 bits `at`
+/// gives, with `scratch.cand` emptied and reserved; `None` when `n` is too small or `kk` too
+/// large a share for a sample to pay off.
+fn guess_threshold(
+    n: usize,
+    kk: usize,
+    at: impl Fn(usize) -> u32,
+    scratch: &mut Scratch,
+) -> Option<u32> {
+    if n < 16 * SAMPLE || kk * 16 > n {
+        return None;
+    }
+    let sample = &mut scratch.mags;
+    sample.clear();
+    sample.extend((0..SAMPLE).map(|j| at(sample_at(j, n)) & MAG));
+    let expect = kk * SAMPLE / n;
+    let j = (2 * expect + 16).min(SAMPLE);
+    let t = *sample.select_nth_unstable_by(j - 1, |a, b| b.cmp(a)).1;
+    scratch.cand.clear();
+    scratch.cand.reserve(candidate_limit(n, kk) + kk + 16);
+    Some(t)
+}
+
+/// Top-k (`ratio`) compression of `x = a + b`, the f32 sums of two level0 contributions, into
+/// `out`, the same blob as [`compress`] of `x` gives; with error feedback (`res`), of
+/// `res += x` instead, which the caller then turns into its residual with [`residual`]. The
+/// sums are formed in the candidate pass and never stored (without `res`), so a level0 sum
+/// costs one read of each input; `spill` (as long as `a`) receives them only when the
+/// sampled threshold fails and the selection must see them all.
+#[allow(clippy::too_many_arguments)]
+pub fn compress_topk_of_sum(
+    ratio: f32,
+    a: &[f32],
+    b: &[f32],
+    mut res: Option<&mut [f32]>,
+    spill: &mut [f32],
+    out: &mut [u8],
+    scratch: &mut Scratch,
+) {
+    let k = kernels();
+    let n = a.len();
+    assert!(b.len() == n && spill.len() == n && res.as_ref().is_none_or(|r| r.len() == n));
+    let m = Method::TopK { ratio };
+    let kk = topk_count(ratio, n);
+    let value = |r: &Option<&mut [f32]>, i: usize| {
+        let x = a[i] + b[i];
+        match r {
+            Some(r) => (r[i] + x).to_bits(),
+            None => x.to_bits(),
+        }
+    };
+    let mut summed = false;
+    if kk > 0 {
+        if let Some(t) = guess_threshold(n, kk, |i| value(&res, i), scratch) {
+            let limit = candidate_limit(n, kk);
+            // SAFETY: `k` is a level this CPU supports (`available` detected its features).
+            let ok = unsafe {
+                (k.topk_sum_collect)(a, b, res.as_deref_mut(), t, limit, kk, &mut scratch.cand)
+            };
+            summed = true;
+            if ok && scratch.cand.len() >= kk {
+                assert_eq!(out.len(), blob_len(m, n), "blob buffer size");
+                let (h, body) = out.split_at_mut(HEADER);
+                h.copy_from_slice(&header(m, n));
+                let (idx, val) = body.split_at_mut(4 * kk);
+                let (t, above) = kth_of_candidates(&scratch.cand, kk, &mut scratch.mags);
+                emit(scratch.cand.iter().copied(), t, kk - above, idx, val);
+                return;
+            }
+        }
+    }
+    let x: &[f32] = match res {
+        Some(r) => {
+            if !summed {
+                for ((r, x), y) in r.iter_mut().zip(a).zip(b) {
+                    *r += x + y;
+                }
+            }
+            r
+        }
+        None => {
+            for ((s, x), y) in spill.iter_mut().zip(a).zip(b) {
+                *s = x + y;
+            }
+            spill
+        }
+    };
+    compress_with(k, m, x, out, scratch)
+}
+
+/// The magnitude bits of the `kk`-th largest of `cand`'s magnitudes (kk ≤ its length), and
+/// how many are strictly larger.
+fn kth_of_candidates(cand: &[(u32, u32)], kk: usize, mags: &mut Vec<u32>) -> (u32, usize) {
+    mags.clear();
+    mags.extend(cand.iter().map(|c| c.1 & MAG));
+    let (larger, &mut t, _) = mags.select_nth_unstable_by(kk - 1, |a, b| b.cmp(a));
+    // `larger` holds the kk − 1 largest, ties of t among them.
+    let above = larger.iter().filter(|&&m| m > t).count();
+    (t, above)
 }
 
 /// The magnitude bits of the `kk`-th largest |x| (1 ≤ kk ≤ x.len()), and how many elements
@@ -917,6 +1227,134 @@ mod tests {
                 decompress_add(m, &blob, &mut dec).unwrap();
                 let want: Vec<f32> = reference(m, &x).iter().map(|d| 0.0 + d).collect();
                 assert!(same_bits(&dec, &want), "ratio {ratio}");
+            }
+        }
+    }
+
+    /// Pieces large enough for the sampled threshold: the same selection as the reference on
+    /// every level, whether the sample guides it (random data; many equal values; a periodic
+    /// test pattern; mostly zeros) or misleads it (it sees only small values: far too many
+    /// candidates; only the largest: too few for the larger k), and the selection is made over
+    /// all elements.
+    #[test]
+    fn sampled_topk_matches_the_reference() {
+        let n = 40 * SAMPLE + 13;
+        let sampled: std::collections::HashSet<usize> =
+            (0..SAMPLE).map(|j| sample_at(j, n)).collect();
+        let random = values(n, 77, false);
+        let equal: Vec<f32> = (0..n)
+            .map(|i| if i % 3 == 0 { -1.5 } else { 1.5 })
+            .collect();
+        let periodic: Vec<f32> = (0..n).map(|i| (2 + i % 16 + (i + 1) % 16) as f32).collect();
+        let sparse: Vec<f32> = (0..n)
+            .map(|i| if i % 397 == 0 { i as f32 } else { 0.0 })
+            .collect();
+        let hidden: Vec<f32> = (0..n)
+            .map(|i| {
+                if sampled.contains(&i) {
+                    1e-3
+                } else {
+                    (i % 1000) as f32
+                }
+            })
+            .collect();
+        let sampled_big: Vec<f32> = (0..n)
+            .map(|i| {
+                if sampled.contains(&i) {
+                    1e6 + i as f32
+                } else {
+                    1e-3 * (i % 7) as f32
+                }
+            })
+            .collect();
+        let mut s = Scratch::default();
+        for (name, x, guided) in [
+            ("random", &random, Some(true)),
+            ("equal", &equal, Some(true)),
+            ("periodic", &periodic, Some(true)),
+            ("sparse", &sparse, Some(true)),
+            ("hidden", &hidden, Some(false)),
+            ("sampled big", &sampled_big, None),
+        ] {
+            for ratio in [0.001, 0.01, 0.05] {
+                let m = Method::TopK { ratio };
+                let kk = topk_count(ratio, n);
+                for k in available() {
+                    let used = topk_sampled(&k, x, kk, &mut s);
+                    if let Some(g) = guided {
+                        assert_eq!(used, g, "{name} ratio {ratio} {}", k.name);
+                    }
+                    let mut blob = vec![0u8; blob_len(m, n)];
+                    compress_with(&k, m, x, &mut blob, &mut s);
+                    let mut dec = vec![0f32; n];
+                    apply_with(&k, m, &blob, &mut dec, SET).unwrap();
+                    let want: Vec<f32> = reference(m, x).iter().map(|d| 0.0 + d).collect();
+                    assert!(same_bits(&dec, &want), "{name} ratio {ratio} {}", k.name);
+                }
+            }
+        }
+    }
+
+    /// Top-k of a sum formed during the selection: the same blob as top-k of the stored sum,
+    /// and with error feedback the same residual, whether the sample guides the selection or
+    /// not (then the sums are spilled, or taken from the updated residual).
+    #[test]
+    fn topk_of_a_sum_matches_topk_of_the_stored_sum() {
+        let n = 40 * SAMPLE + 13;
+        let a = values(n, 5, false);
+        let guided = values(n, 6, false);
+        // Sums of zero where the sample looks, large elsewhere: far too many candidates.
+        let sampled: std::collections::HashSet<usize> =
+            (0..SAMPLE).map(|j| sample_at(j, n)).collect();
+        let hidden: Vec<f32> = (0..n)
+            .map(|i| {
+                if sampled.contains(&i) {
+                    -a[i]
+                } else {
+                    1000.0 + i as f32
+                }
+            })
+            .collect();
+        let prior = values(n, 8, false);
+        let mut s = Scratch::default();
+        for (b, spills) in [(&guided, false), (&hidden, true)] {
+            for ratio in [0.001, 0.01, 0.05, 0.5] {
+                let m = Method::TopK { ratio };
+                for feedback in [false, true] {
+                    let sum: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+                    let mut want_res = prior.clone();
+                    let x = if feedback {
+                        for (r, v) in want_res.iter_mut().zip(&sum) {
+                            *r += v;
+                        }
+                        &want_res
+                    } else {
+                        &sum
+                    };
+                    let mut want = vec![0u8; blob_len(m, n)];
+                    compress(m, x, &mut want, &mut s);
+                    let mut got = vec![0u8; blob_len(m, n)];
+                    let mut res = prior.clone();
+                    let mut spill = vec![0f32; n];
+                    compress_topk_of_sum(
+                        ratio,
+                        &a,
+                        b,
+                        feedback.then_some(&mut res[..]),
+                        &mut spill,
+                        &mut got,
+                        &mut s,
+                    );
+                    assert!(got == want, "ratio {ratio} feedback {feedback}");
+                    if feedback {
+                        assert!(same_bits(&res, &want_res), "ratio {ratio} residual");
+                    } else {
+                        // Sums are stored only when the selection must see them all (also
+                        // when k is too large a share for sampling).
+                        let spilled = spills || ratio > 0.1;
+                        assert_eq!(same_bits(&spill, &sum), spilled, "ratio {ratio} spill");
+                    }
+                }
             }
         }
     }

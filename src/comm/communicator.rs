@@ -1148,7 +1148,7 @@ impl Communicator {
     /// Chooses and builds the schedules of `args`: the whole operation when its scratch fits
     /// the staging budget, otherwise as few equal segments as bring every schedule within it.
     fn make_plan(&self, inner: &mut Inner, args: &OpArgs, ctx: &Ctx) -> Result<Plan> {
-        if let Some(plan) = self.small_plan(args) {
+        if let Some(plan) = self.small_plan(args, &inner.ep) {
             return Ok(plan);
         }
         let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
@@ -1194,12 +1194,14 @@ impl Communicator {
     }
 
     /// The plan of `args` on the small-message path, when it takes it: every rank on one host
-    /// (so every rank decides alike) and no algorithm forced by `HCCL_ALGO`.
-    fn small_plan(&self, args: &OpArgs) -> Option<Plan> {
+    /// (so every rank decides alike) and no algorithm forced by `HCCL_ALGO`; pairs over eager
+    /// links complete one-way messages eagerly (see [`small::eager_link`]).
+    fn small_plan(&self, args: &OpArgs, ep: &Endpoint) -> Option<Plan> {
         if self.topo.hosts().len() != 1 || self.cfg.algo_spec.forced(&args.coll).is_some() {
             return None;
         }
-        let s = Small::of(&args.coll, args.dtype.size(), self.rank, self.size)?;
+        let s = Small::of(&args.coll, args.dtype.size(), self.rank, self.size)?
+            .eager_over(|p| small::eager_link(ep.link_info(p)));
         let (sent, recv) = s.traffic();
         Some(Arc::new(PlanData {
             parts: Vec::new(),

@@ -11,6 +11,12 @@
 //! latest when its own operation would complete, whether the receiver agrees — and when the
 //! peer runs a different schedule, whatever it sent first arrives instead and is refused.
 //!
+//! The small-message path drops the notices between pairs over eager links and lets the sender
+//! run ahead (see [`super::small`]): there a sender learns of a mismatch at its next call, from
+//! the receiver's abort or from what it left unclaimed (a message of an earlier operation is
+//! judged a mismatch by [`Expectation::check_stray`] too), and ranks that wait for each other in
+//! different operations find out through [`Expectation::identity`].
+//!
 //! Point-to-point transfers carry no notices: a `HcclSend` may pair with one item of a
 //! `HcclBatchSendRecv` that also receives, so the two sides would not agree on which messages
 //! flow back. Their messages are numbered per pair and direction and tagged with their length,
@@ -392,6 +398,11 @@ impl<'a> OpTags<'a> {
 }
 
 impl Expectation for OpTags<'_> {
+    fn identity(&self) -> Option<Tag> {
+        let p2p = matches!(self.form, Form::P2p { .. });
+        (!p2p && self.inbound.is_some()).then_some(self.base)
+    }
+
     fn check_stray(&self, peer: u32, got: &Tag) -> Result<()> {
         let Some(inbound) = self.inbound else {
             return Ok(());
@@ -404,8 +415,17 @@ impl Expectation for OpTags<'_> {
         let Some(g) = OpTag::decode(&got.0) else {
             return Err(tag::mismatch(got, &data, peer, self.me));
         };
-        if g.seq != self.base.seq() || g.kind == OpKind::P2p {
-            // Another operation's: a peer that is ahead.
+        if g.kind == OpKind::P2p {
+            return Ok(());
+        }
+        let behind = self.base.seq().wrapping_sub(g.seq) as i32;
+        if behind > 0 {
+            // An earlier operation's, which this rank completed without taking it: the two
+            // called different things then (a sender completes eagerly, see `super::small`).
+            return Err(tag::mismatch(got, &data, peer, self.me));
+        }
+        if behind < 0 {
+            // A later operation's: a peer that is ahead.
             return Ok(());
         }
         let role = inbound
@@ -572,6 +592,13 @@ mod tests {
             ..OpTag::decode(&theirs.to(1, 32).0).unwrap()
         };
         assert!(mine.check_stray(3, &later.encode()).is_ok());
+        // A message of an earlier operation left unclaimed: the peer disagreed then.
+        let earlier = OpTag {
+            seq: 4,
+            ..OpTag::decode(&expected.0).unwrap()
+        };
+        let e = mine.check_stray(0, &earlier.encode()).unwrap_err();
+        assert!(e.msg.contains("operation #4"), "{}", e.msg);
         // A peer that named another root, or that sends where this rank never receives.
         let e = mine.check_stray(3, &theirs.to(1, 32)).unwrap_err();
         assert!(

@@ -12,18 +12,31 @@
 //! them in rank order, `((x0 ∘ x1) ∘ x2) ∘ …`, whichever arrived first.
 //!
 //! Identity is kept as on the generic path (see [`super::identity`]): every message carries the
-//! call's tag (kind, count, type, operator, root, sequence), and every pair of ranks that
-//! exchanges anything exchanges a message in each direction — data both ways for AllReduce and
-//! Barrier; data one way and a notice back for Broadcast, Scatter and Reduce — so a rank that
-//! disagrees fails itself and the peers it talks to with `HCCL_E_PARA`. A rank of a rooted
-//! operation that talks only with the root (a Broadcast or Scatter receiver, a Reduce leaf) and
-//! agrees with it may complete while a disagreeing rank fails; that rank aborts the
-//! communicator, so the agreeing one's next call fails. No rank ever completes with wrong data.
+//! call's tag (kind, count, type, operator, root, sequence) and every receive checks it before
+//! delivering a byte, so a rank that receives from a disagreeing peer fails with `HCCL_E_PARA`.
+//! AllReduce and Barrier exchange data both ways between every pair, so every rank hears of a
+//! disagreeing one within the call.
+//!
+//! # Eager rooted operations
+//! A rank that only sends to a peer (a Broadcast or Scatter root, a Reduce leaf) completes as
+//! soon as its messages sit in the link, when the link to that peer is eager ([`eager_link`]:
+//! shared memory, whose ring of slots lets a sender run ahead by up to its depth, and memory
+//! links between threads, which copy small messages at posting); it waits only when the ring
+//! is full. Its receiver checks the tag, and a receiver that disagrees fails and aborts the
+//! communicator, raising a flag that the sender reads at the start of its next call. Before it
+//! posts anything, every call also looks at what its eager peers left unclaimed: a message of
+//! an earlier call (or of this one, from a peer that this call never receives from) means the
+//! two ranks disagreed — for instance two ranks that each called a Broadcast as its root — and
+//! fails the call. So a mismatch is reported by the rank that receives the disagreeing message
+//! in that call, and by every other rank at its next call at the latest (once the disagreeing
+//! rank has seen it); no rank ever completes with wrong data. Over other links (TCP) the pair
+//! exchanges a notice each call instead (see [`super::identity`]): the sender waits for its
+//! receiver's notice, as on the generic path.
 
 use super::identity::{Inbound, Notice, OpTags};
 use crate::algo::Coll;
 use crate::base::error::Result;
-use crate::transport::{Endpoint, ReduceFn};
+use crate::transport::{Endpoint, Expectation, LinkInfo, ReduceFn};
 use std::time::Instant;
 
 /// Largest input per rank (bytes) that takes the small path.
@@ -55,6 +68,19 @@ pub struct Small {
     bytes: usize,
     /// What this rank receives from each peer (for examining unclaimed messages).
     inbound: Vec<Inbound>,
+    /// Peers over eager links (bit `p`): no notices flow between them and this rank.
+    eager: u32,
+    /// Peers this rank receives nothing from in a call and reaches over eager links (bit
+    /// `p`): what they left unclaimed is examined before each call.
+    quiet: u32,
+}
+
+/// Whether a pair over `link` completes one-way small messages eagerly (see the module
+/// documentation): links whose sender finds its receiver's abort with one load at its next
+/// call and whose small sends complete at posting (shared memory, memory between threads).
+/// Both ends of a pair see the same kind of link, so both decide alike.
+pub fn eager_link(link: LinkInfo) -> bool {
+    matches!(link.name, "shm" | "memory")
 }
 
 impl Small {
@@ -89,11 +115,33 @@ impl Small {
             n,
             bytes,
             inbound: Vec::new(),
+            eager: 0,
+            quiet: 0,
         };
-        s.inbound = s
+        s.set_eager(|_| false);
+        Some(s)
+    }
+
+    /// This plan with the pairs for which `eager(p)` holds completing eagerly (no notices; see
+    /// the module documentation). Every rank must decide alike for each pair.
+    pub fn eager_over(mut self, eager: impl Fn(u32) -> bool) -> Small {
+        self.set_eager(eager);
+        self
+    }
+
+    fn set_eager(&mut self, eager: impl Fn(u32) -> bool) {
+        self.eager = self
+            .peers()
+            .filter(|&p| eager(p))
+            .fold(0, |m, p| m | (1 << p));
+        self.quiet = self
+            .peers()
+            .filter(|&p| self.is_eager(p) && self.receives_from(p).is_none_or(|(d, _)| !d))
+            .fold(0, |m, p| m | (1 << p));
+        self.inbound = self
             .peers()
             .filter_map(|p| {
-                let (data, notice) = s.receives_from(p)?;
+                let (data, notice) = self.receives_from(p)?;
                 Some(Inbound {
                     peer: p,
                     data,
@@ -101,7 +149,10 @@ impl Small {
                 })
             })
             .collect();
-        Some(s)
+    }
+
+    fn is_eager(&self, peer: u32) -> bool {
+        self.eager & (1 << peer) != 0
     }
 
     fn peers(&self) -> impl Iterator<Item = u32> + '_ {
@@ -115,14 +166,16 @@ impl Small {
         }
     }
 
-    /// (data, notice) this rank receives from `peer`, if anything.
+    /// (data, notice) this rank receives from `peer`, if anything. Eager pairs exchange no
+    /// notices.
     fn receives_from(&self, peer: u32) -> Option<(bool, bool)> {
         let me_root = self.root() == Some(self.me);
+        let notice = !self.is_eager(peer);
         match self.kind {
             Kind::AllReduce | Kind::Barrier => Some((true, false)),
             Kind::Broadcast { root } | Kind::Scatter { root } => {
                 if me_root {
-                    Some((false, true))
+                    notice.then_some((false, true))
                 } else {
                     (peer == root).then_some((true, false))
                 }
@@ -131,7 +184,7 @@ impl Small {
                 if me_root {
                     Some((true, false))
                 } else {
-                    (peer == root).then_some((false, true))
+                    (peer == root && notice).then_some((false, true))
                 }
             }
         }
@@ -244,6 +297,9 @@ unsafe fn exchange(
         bytes: b,
     };
     let slot = |r: u32| (scratch + r as usize * b) as *mut u8;
+    if s.quiet != 0 {
+        check_quiet(ep, s, tags)?;
+    }
     match s.kind {
         Kind::AllReduce | Kind::Barrier => {
             // A Barrier has no buffers (their addresses may be null): its messages are empty.
@@ -254,6 +310,8 @@ unsafe fn exchange(
                 // unmodified until `wait_all` (or its abort) retires the transfer.
                 unsafe { ep.post_send(p, src, b, tag) }?;
             }
+            // The inputs leave before the receives are posted: that is what the peers wait for.
+            ep.push()?;
             for p in s.peers() {
                 let tag = tags.from(p, b);
                 let dst = if b == 0 { nothing } else { slot(p) };
@@ -274,8 +332,10 @@ unsafe fn exchange(
         }
         Kind::Reduce { root } if root == me => {
             for p in s.peers() {
-                // SAFETY: a zero-length transfer never touches its address.
-                unsafe { ep.post_send(p, nothing, 0, tags.notice(&notice(p, true))) }?;
+                if !s.is_eager(p) {
+                    // SAFETY: a zero-length transfer never touches its address.
+                    unsafe { ep.post_send(p, nothing, 0, tags.notice(&notice(p, true))) }?;
+                }
                 let tag = tags.from(p, b);
                 // SAFETY: as for AllReduce.
                 unsafe { ep.post_recv(p, slot(p), b, None, tag) }?;
@@ -287,8 +347,10 @@ unsafe fn exchange(
             unsafe { combine(s, red, recv as *mut u8, slot)? };
         }
         Kind::Reduce { root } => {
-            // SAFETY: a zero-length transfer never touches its address.
-            unsafe { ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false))) }?;
+            if !s.is_eager(root) {
+                // SAFETY: a zero-length transfer never touches its address.
+                unsafe { ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false))) }?;
+            }
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
             unsafe { ep.post_send(root, send as *const u8, b, tag) }?;
@@ -297,8 +359,10 @@ unsafe fn exchange(
         Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
             let scatter = matches!(s.kind, Kind::Scatter { .. });
             for p in s.peers() {
-                // SAFETY: a zero-length transfer never touches its address.
-                unsafe { ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false))) }?;
+                if !s.is_eager(p) {
+                    // SAFETY: a zero-length transfer never touches its address.
+                    unsafe { ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false))) }?;
+                }
                 let src = if scatter { send + p as usize * b } else { send };
                 let tag = tags.to(p, b);
                 // SAFETY: the root's buffer holds the block (Scatter: `n` blocks of `b` bytes),
@@ -315,13 +379,29 @@ unsafe fn exchange(
             ep.wait_all(deadline, Some(&*tags))?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } => {
-            // SAFETY: a zero-length transfer never touches its address.
-            unsafe { ep.post_send(root, nothing, 0, tags.notice(&notice(root, true))) }?;
+            if !s.is_eager(root) {
+                // SAFETY: a zero-length transfer never touches its address.
+                unsafe { ep.post_send(root, nothing, 0, tags.notice(&notice(root, true))) }?;
+            }
             let tag = tags.from(root, b);
             // SAFETY: `recv` holds `b` bytes and nobody else touches it until `wait_all`
             // returns.
             unsafe { ep.post_recv(root, recv as *mut u8, b, None, tag) }?;
             ep.wait_all(deadline, Some(&*tags))?;
+        }
+    }
+    Ok(())
+}
+
+/// Fails when a quiet peer (see [`Small::quiet`]) has aborted, or left a message that this call
+/// will not take: one of an earlier call (whose receiver this rank should have been), or of
+/// this call from a peer it never receives from. Either means the two disagreed.
+fn check_quiet(ep: &Endpoint, s: &Small, tags: &OpTags) -> Result<()> {
+    ep.check_failures()?;
+    for p in s.peers().filter(|p| s.quiet & (1 << p) != 0) {
+        ep.check_peer(p)?;
+        if let Some(t) = ep.stray_tag(p) {
+            tags.check_stray(p, &t)?;
         }
     }
     Ok(())

@@ -6,8 +6,10 @@
 //! buffer stays untouched until then because the sender waits for that completion.
 //!
 //! Messages of at most [`EAGER_MAX`] bytes are copied into the mailbox instead, and their send
-//! completes at once: a second copy of a few bytes costs less than making the sender wait until
-//! its receiver gets a turn on a core.
+//! completes at once while fewer than [`EAGER_DEPTH`] earlier messages of the pair wait to be
+//! taken: a second copy of a few bytes costs less than making the sender wait until its
+//! receiver gets a turn on a core, and the bound keeps a sender that runs ahead from queueing
+//! without end.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,8 @@ use crate::base::error::{Error, ErrorKind, Result};
 
 /// Largest message sent eagerly (copied at posting): one cache line.
 pub const EAGER_MAX: usize = 64;
+/// Most messages of a pair that may wait untaken while an eager send completes.
+pub const EAGER_DEPTH: u64 = 8;
 
 #[derive(Clone, Copy, Debug)]
 struct SendDesc {
@@ -53,6 +57,8 @@ pub struct InprocFabric {
     bells: Vec<OnceLock<Arc<Doorbell>>>,
     failed: AtomicBool,
     fail_why: Mutex<Option<Error>>,
+    /// Per rank, the operation it last found itself stuck in (see `Medium::publish_stuck`).
+    stuck: Vec<Mutex<Option<Tag>>>,
 }
 
 /// A communicator's fabric in the process-wide registry.
@@ -105,6 +111,7 @@ impl InprocFabric {
                     bells: (0..n).map(|_| OnceLock::new()).collect(),
                     failed: AtomicBool::new(false),
                     fail_why: Mutex::new(None),
+                    stuck: (0..n).map(|_| Mutex::new(None)).collect(),
                 });
                 reg.insert(
                     key,
@@ -174,8 +181,8 @@ impl InprocFabric {
     }
 
     /// Posts a send of `len` bytes at `ptr` from `src` to `dst`; returns the sequence number
-    /// whose consumption completes it, or `None` when the message was copied (eager) and the
-    /// send is complete already.
+    /// whose consumption completes it, or `None` when the send is complete already (a copied,
+    /// eager message with fewer than [`EAGER_DEPTH`] earlier ones waiting).
     ///
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes, and unless the send completed at once stay
@@ -210,7 +217,8 @@ impl InprocFabric {
         drop(q);
         self.ring(dst);
         if eager.is_some() {
-            None
+            // Complete once at most EAGER_DEPTH earlier messages wait.
+            seq.checked_sub(EAGER_DEPTH).filter(|&s| s > 0)
         } else {
             Some(seq)
         }
@@ -296,9 +304,11 @@ impl InprocFabric {
             }
         }
         mb.consumed.store(desc.seq, Ordering::Release);
+        let queued = q.len() as u64;
         drop(q);
-        // Only a rendezvous sender waits for its message to be taken.
-        if desc.eager.is_none() {
+        // A rendezvous sender waits for its message to be taken; an eager one only when
+        // EAGER_DEPTH messages wait before its own.
+        if desc.eager.is_none() || queued >= EAGER_DEPTH {
             self.ring(src);
         }
         Ok(true)
@@ -312,6 +322,12 @@ impl Medium for InprocFabric {
 
     fn fail(&self, why: &Error) {
         InprocFabric::fail(self, why)
+    }
+
+    fn publish_stuck(&self, me: u32, tag: &Tag) {
+        if let Some(s) = self.stuck.get(me as usize) {
+            *s.lock() = Some(*tag);
+        }
     }
 }
 
@@ -332,7 +348,8 @@ pub struct MemoryLink {
     fabric: Arc<InprocFabric>,
     me: usize,
     peer: usize,
-    /// Sequence numbers of rendezvous sends not taken yet, in posting order.
+    /// Per send not complete yet, in posting order, the sequence number whose taking completes
+    /// it (its own for a rendezvous send; see [`EAGER_DEPTH`] for eager ones).
     sends: VecDeque<u64>,
     recvs: VecDeque<Recv>,
 }
@@ -441,6 +458,10 @@ impl Link for MemoryLink {
         self.fabric.peek_tag(self.peer, self.me)
     }
 
+    fn peer_stuck(&self) -> Option<Tag> {
+        *self.fabric.stuck[self.peer].lock()
+    }
+
     fn peer_cpu(&self) -> u32 {
         self.fabric.cpu_of(self.peer)
     }
@@ -490,6 +511,28 @@ mod tests {
             next.failure().is_none(),
             "a new communicator's fabric is fresh"
         );
+    }
+
+    /// A sender runs ahead by at most EAGER_DEPTH small messages: the next one completes when
+    /// the receiver takes the oldest.
+    #[test]
+    fn eager_sends_run_ahead_by_the_depth_only() {
+        let f = fabric(2, 7);
+        let x = [5u8; 8];
+        for k in 0..EAGER_DEPTH {
+            // SAFETY: eager: the message is copied at posting.
+            let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+            assert_eq!(s, None, "message {k} completes at posting");
+        }
+        // SAFETY: as above.
+        let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+        let s = s.expect("one past the depth waits");
+        assert!(!f.send_done(0, 1, s));
+        let mut got = [0u8; 8];
+        // SAFETY: a destination of 8 bytes.
+        assert!(unsafe { f.try_recv(0, 1, got.as_mut_ptr(), 8, None, &T) }.unwrap());
+        assert!(f.send_done(0, 1, s));
+        assert_eq!(got, x);
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub trait Medium: Send + Sync {
     fn wait(&self, _seen: u32, _max: Duration, _also: &mut dyn Wait) -> bool {
         false
     }
+    /// Publishes that rank `me` is stuck waiting in the operation tagged `tag`, for peers that
+    /// are stuck too (see [`Link::peer_stuck`]).
+    fn publish_stuck(&self, _me: u32, _tag: &Tag) {}
 }
 
 /// Whether two media are the same object.
@@ -183,7 +186,8 @@ pub trait Link: Send {
     /// How a waiting endpoint learns that this (active) link may progress.
     fn wake(&self) -> Wake;
 
-    /// For [`Wake::Poll`] links: a cheap check whether progress would find something.
+    /// For [`Wake::Poll`] and [`Wake::Medium`] links: a cheap check whether progress would
+    /// find something (a medium's bell may stay silent while its owner is awake).
     fn ready(&self) -> bool {
         false
     }
@@ -196,6 +200,12 @@ pub trait Link: Send {
 
     /// The tag of a message that has arrived while no receive is posted for it.
     fn stray_tag(&self) -> Option<Tag>;
+
+    /// The tag of the operation the peer last published itself stuck in
+    /// ([`Medium::publish_stuck`]), where the link can tell.
+    fn peer_stuck(&self) -> Option<Tag> {
+        None
+    }
 
     /// The CPU the peer last waited on ([`NO_CPU`] when unknown).
     fn peer_cpu(&self) -> u32 {

@@ -89,6 +89,13 @@ pub trait Expectation {
     /// Ok when an unclaimed message from `peer` tagged `tag` may be taken by a later step or a
     /// later operation; the mismatch error when this rank will never accept it.
     fn check_stray(&self, peer: u32, tag: &Tag) -> Result<()>;
+
+    /// The tag every rank that agrees on the running operation gives it (without per-peer
+    /// parts), when there is one: two ranks stuck in the same place of the sequence under
+    /// different such tags disagree, even when neither sent the other anything.
+    fn identity(&self) -> Option<Tag> {
+        None
+    }
 }
 
 /// How long a wait goes without progress before unclaimed messages are examined (and how
@@ -115,11 +122,18 @@ const MEDIUM_TICK: Duration = Duration::from_millis(50);
 struct PeerWait<'a> {
     ep: &'a Endpoint,
     bell_seen: Option<u64>,
+    /// Active peers whose links wake this rank by a medium's bell: their senders ring it only
+    /// while this rank sleeps, so a waiting rank that is awake asks the links themselves.
+    watch: &'a [u32],
 }
 
 impl Wait for PeerWait<'_> {
     fn ready(&mut self) -> bool {
         self.bell_seen.is_some_and(|s| self.ep.bell.seq() != s)
+            || self
+                .watch
+                .iter()
+                .any(|&p| self.ep.links[p as usize].ready())
     }
 
     fn slow(&mut self) -> bool {
@@ -171,6 +185,9 @@ pub struct Endpoint {
     polled: bool,
     shared: Shared,
     broken: Option<Error>,
+    /// Active peers whose links wake this rank by a medium's bell, as of the last wait (kept
+    /// here so that waiting allocates nothing).
+    watch: Vec<u32>,
 }
 
 impl Endpoint {
@@ -201,6 +218,7 @@ impl Endpoint {
             polled: false,
             shared: Shared::default(),
             broken: None,
+            watch: Vec::new(),
         })
     }
 
@@ -222,6 +240,37 @@ impl Endpoint {
     /// The error that broke this endpoint, if a previous operation failed mid-way.
     pub fn broken(&self) -> Option<&Error> {
         self.broken.as_ref()
+    }
+
+    /// Moves what can move now (one pass of progress) without waiting: a small message posted
+    /// before its receives leaves at once instead of at the first pass of [`Endpoint::wait_all`].
+    /// A failure breaks the endpoint as in `wait_all`.
+    pub fn push(&mut self) -> Result<()> {
+        let r = self.progress().map(|_| ());
+        if let Err(e) = &r {
+            self.abort(e);
+        }
+        r
+    }
+
+    /// Fails when a medium of this endpoint records another rank's failure.
+    pub fn check_failures(&self) -> Result<()> {
+        for m in &self.media {
+            if let Some(e) = m.failure() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails when `peer` is known to have failed (the link's quick check, no system call).
+    pub fn check_peer(&self, peer: u32) -> Result<()> {
+        self.links[peer as usize].check_peer(false)
+    }
+
+    /// The tag of a message from `peer` that has arrived while no receive is posted for it.
+    pub fn stray_tag(&self, peer: u32) -> Option<Tag> {
+        self.links[peer as usize].stray_tag()
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -372,11 +421,15 @@ impl Endpoint {
             }
             // What the active links wake this rank by.
             pollfds.clear();
+            self.watch.clear();
             let (mut by_doorbell, mut by_medium, mut polled) = (false, false, false);
             for &p in &self.active {
                 match self.links[p as usize].wake() {
                     Wake::Doorbell => by_doorbell = true,
-                    Wake::Medium => by_medium = true,
+                    Wake::Medium => {
+                        by_medium = true;
+                        self.watch.push(p);
+                    }
                     Wake::Fd(f) => pollfds.push(f),
                     Wake::Poll => polled = true,
                 }
@@ -403,6 +456,7 @@ impl Endpoint {
                     let mut also = PeerWait {
                         ep: self,
                         bell_seen: Some(seen),
+                        watch: &self.watch,
                     };
                     woke = if m.wait(s, max, &mut also) {
                         Woke::Event
@@ -443,6 +497,7 @@ impl Endpoint {
             let mut also = PeerWait {
                 ep: self,
                 bell_seen: None,
+                watch: &self.watch,
             };
             self.bell
                 .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);
@@ -468,12 +523,28 @@ impl Endpoint {
         Ok(progressed)
     }
 
-    /// Examines the messages that have arrived from peers no posted receive is waiting for.
+    /// Examines the messages that have arrived from peers no posted receive is waiting for,
+    /// and what the peers this rank waits for say they are stuck in: ranks that each wait for
+    /// the other in different operations (two Broadcast receivers, each naming the other as
+    /// root) have sent each other nothing, and this is how they find out.
     #[cold]
     fn check_strays(&self, exp: &dyn Expectation) -> Result<()> {
         for (p, l) in self.links.iter().enumerate() {
             if let Some(t) = l.stray_tag() {
                 exp.check_stray(p as u32, &t)?;
+            }
+        }
+        let Some(mine) = exp.identity() else {
+            return Ok(());
+        };
+        for m in &self.media {
+            m.publish_stuck(self.me, &mine);
+        }
+        for &p in &self.active {
+            if let Some(t) = self.links[p as usize].peer_stuck() {
+                if t.seq() == mine.seq() && t != mine {
+                    return Err(tag::mismatch(&t, &mine, p, self.me));
+                }
             }
         }
         Ok(())

@@ -126,7 +126,11 @@ const OFF_CPU: usize = 192;
 /// Why the owner aborted: error kind (u32), text length (u32), text; written before the failure
 /// flag is raised, so a peer that sees the flag reads a complete reason.
 const OFF_REASON: usize = 256;
-const REASON_MAX: usize = HEADER_BYTES - OFF_REASON - 8;
+const REASON_MAX: usize = OFF_STUCK - OFF_REASON - 8;
+/// The tag of the operation the owner last found itself stuck in (see
+/// `Medium::publish_stuck`): a version word (odd while being written, 0 before the first) and
+/// the tag, on the header's last line.
+const OFF_STUCK: usize = HEADER_BYTES - 64;
 
 const HELLO_LEN: usize = 64;
 const HELLO_MAGIC: u64 = 0x4f4c_4c45_484d_4853;
@@ -188,6 +192,17 @@ impl Mapping {
         self.bell().fetch_add(1, Ordering::SeqCst);
         if self.u32_at(OFF_SLEEPERS).load(Ordering::SeqCst) != 0 {
             futex_wake(self.bell());
+        }
+    }
+
+    /// Wakes the owner after publishing a slot, only if it sleeps: an owner that is awake
+    /// watches the slots of the channels it waits on itself (see `Segment::wait`), so the
+    /// common case writes no line besides the slot. The fence pairs with the one after the
+    /// owner counts itself a sleeper: either this sees the sleeper, or the owner sees the slot.
+    fn ring_if_asleep(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.u32_at(OFF_SLEEPERS).load(Ordering::SeqCst) != 0 {
+            self.ring();
         }
     }
 }
@@ -326,9 +341,11 @@ impl Segment {
         };
         let sleepers = self.map.u32_at(OFF_SLEEPERS);
         sleepers.fetch_add(1, Ordering::SeqCst);
-        // Publishing the sleeper before re-reading the bell pairs with `ring`'s bump-then-check:
-        // one of the two always sees the other, so no wake-up is lost.
-        if bell.load(Ordering::SeqCst) == seen && !left.is_zero() {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        // Publishing the sleeper before looking again (bell, and the slots `also` watches)
+        // pairs with `ring`'s bump-then-check and `ring_if_asleep`'s publish-then-check: one of
+        // the two always sees the other, so no wake-up is lost.
+        if !w.ready() && !left.is_zero() {
             futex_wait(bell, seen, left.min(SLEEP_TICK));
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -648,11 +665,18 @@ impl ShmLink {
             }
         }
         if published {
-            self.peer_map.ring();
+            self.peer_map.ring_if_asleep();
             any = true;
         }
-        let consumed = self.out.consumed().load(Ordering::Acquire);
-        self.consumed_seen = consumed;
+        // Only a single-copy send waits for its slot to be consumed: otherwise the receiver's
+        // counter line is left alone (it is read when the ring looks full).
+        let consumed = if self.tx.iter().any(|op| op.cma && op.published) {
+            let c = self.out.consumed().load(Ordering::Acquire);
+            self.consumed_seen = c;
+            c
+        } else {
+            self.consumed_seen
+        };
         let before = self.tx.len();
         self.tx
             .retain(|op| !(op.published && (!op.cma || consumed > op.last_slot)));
@@ -897,6 +921,41 @@ impl Medium for Segment {
     fn wait(&self, seen: u32, max: Duration, also: &mut dyn Wait) -> bool {
         Segment::wait(self, seen, max, also)
     }
+
+    fn publish_stuck(&self, _me: u32, tag: &Tag) {
+        let ver = self.map.u64_at(OFF_STUCK);
+        let v = ver.load(Ordering::Relaxed);
+        ver.store(v + 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, w) in tag.0.chunks_exact(8).enumerate() {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            self.map
+                .u64_at(OFF_STUCK + 8 + 8 * i)
+                .store(w, Ordering::Relaxed);
+        }
+        ver.store(v + 2, Ordering::Release);
+    }
+}
+
+/// What the owner of segment `m` last published itself stuck in (see
+/// `Medium::publish_stuck`): a consistent copy, or `None` when there is none or it is being
+/// rewritten.
+fn read_stuck(m: &Mapping) -> Option<Tag> {
+    let ver = m.u64_at(OFF_STUCK);
+    let v = ver.load(Ordering::Acquire);
+    if v == 0 || v % 2 == 1 {
+        return None;
+    }
+    let mut t = Tag::default();
+    for (i, w) in t.0.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(
+            &m.u64_at(OFF_STUCK + 8 + 8 * i)
+                .load(Ordering::Relaxed)
+                .to_le_bytes(),
+        );
+    }
+    std::sync::atomic::fence(Ordering::Acquire);
+    (ver.load(Ordering::Relaxed) == v).then_some(t)
 }
 
 impl Link for ShmLink {
@@ -976,6 +1035,12 @@ impl Link for ShmLink {
         Wake::Medium
     }
 
+    /// Whether the message a posted receive waits for has arrived: a sender publishes without
+    /// ringing an owner that is awake, so a waiting owner watches its slots.
+    fn ready(&self) -> bool {
+        !self.rx.is_empty() && self.inp.seq(self.rd).load(Ordering::Acquire) == self.rd + 1
+    }
+
     /// The failure flag is one load; the liveness connection costs a system call.
     fn check_peer(&self, thorough: bool) -> Result<()> {
         if thorough {
@@ -987,6 +1052,10 @@ impl Link for ShmLink {
 
     fn stray_tag(&self) -> Option<Tag> {
         self.peek_tag()
+    }
+
+    fn peer_stuck(&self) -> Option<Tag> {
+        read_stuck(&self.peer_map)
     }
 
     fn peer_cpu(&self) -> u32 {

@@ -186,8 +186,7 @@ pub trait Link: Send {
     /// How a waiting endpoint learns that this (active) link may progress.
     fn wake(&self) -> Wake;
 
-    /// For [`Wake::Poll`] and [`Wake::Medium`] links: a cheap check whether progress would
-    /// find something (a medium's bell may stay silent while its owner is awake).
+    /// For [`Wake::Poll`] links: a cheap check whether progress would find something.
     fn ready(&self) -> bool {
         false
     }

@@ -122,18 +122,11 @@ const MEDIUM_TICK: Duration = Duration::from_millis(50);
 struct PeerWait<'a> {
     ep: &'a Endpoint,
     bell_seen: Option<u64>,
-    /// Active peers whose links wake this rank by a medium's bell: their senders ring it only
-    /// while this rank sleeps, so a waiting rank that is awake asks the links themselves.
-    watch: &'a [u32],
 }
 
 impl Wait for PeerWait<'_> {
     fn ready(&mut self) -> bool {
         self.bell_seen.is_some_and(|s| self.ep.bell.seq() != s)
-            || self
-                .watch
-                .iter()
-                .any(|&p| self.ep.links[p as usize].ready())
     }
 
     fn slow(&mut self) -> bool {
@@ -185,9 +178,6 @@ pub struct Endpoint {
     polled: bool,
     shared: Shared,
     broken: Option<Error>,
-    /// Active peers whose links wake this rank by a medium's bell, as of the last wait (kept
-    /// here so that waiting allocates nothing).
-    watch: Vec<u32>,
 }
 
 impl Endpoint {
@@ -218,7 +208,6 @@ impl Endpoint {
             polled: false,
             shared: Shared::default(),
             broken: None,
-            watch: Vec::new(),
         })
     }
 
@@ -421,15 +410,11 @@ impl Endpoint {
             }
             // What the active links wake this rank by.
             pollfds.clear();
-            self.watch.clear();
             let (mut by_doorbell, mut by_medium, mut polled) = (false, false, false);
             for &p in &self.active {
                 match self.links[p as usize].wake() {
                     Wake::Doorbell => by_doorbell = true,
-                    Wake::Medium => {
-                        by_medium = true;
-                        self.watch.push(p);
-                    }
+                    Wake::Medium => by_medium = true,
                     Wake::Fd(f) => pollfds.push(f),
                     Wake::Poll => polled = true,
                 }
@@ -456,7 +441,6 @@ impl Endpoint {
                     let mut also = PeerWait {
                         ep: self,
                         bell_seen: Some(seen),
-                        watch: &self.watch,
                     };
                     woke = if m.wait(s, max, &mut also) {
                         Woke::Event
@@ -497,7 +481,6 @@ impl Endpoint {
             let mut also = PeerWait {
                 ep: self,
                 bell_seen: None,
-                watch: &self.watch,
             };
             self.bell
                 .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);

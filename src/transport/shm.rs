@@ -194,17 +194,6 @@ impl Mapping {
             futex_wake(self.bell());
         }
     }
-
-    /// Wakes the owner after publishing a slot, only if it sleeps: an owner that is awake
-    /// watches the slots of the channels it waits on itself (see `Segment::wait`), so the
-    /// common case writes no line besides the slot. The fence pairs with the one after the
-    /// owner counts itself a sleeper: either this sees the sleeper, or the owner sees the slot.
-    fn ring_if_asleep(&self) {
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.u32_at(OFF_SLEEPERS).load(Ordering::SeqCst) != 0 {
-            self.ring();
-        }
-    }
 }
 
 impl Drop for Mapping {
@@ -342,9 +331,8 @@ impl Segment {
         let sleepers = self.map.u32_at(OFF_SLEEPERS);
         sleepers.fetch_add(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        // Publishing the sleeper before looking again (bell, and the slots `also` watches)
-        // pairs with `ring`'s bump-then-check and `ring_if_asleep`'s publish-then-check: one of
-        // the two always sees the other, so no wake-up is lost.
+        // Publishing the sleeper before looking at the bell again pairs with `ring`'s
+        // bump-then-check: one of the two always sees the other, so no wake-up is lost.
         if !w.ready() && !left.is_zero() {
             futex_wait(bell, seen, left.min(SLEEP_TICK));
         }
@@ -665,7 +653,7 @@ impl ShmLink {
             }
         }
         if published {
-            self.peer_map.ring_if_asleep();
+            self.peer_map.ring();
             any = true;
         }
         // Only a single-copy send waits for its slot to be consumed: otherwise the receiver's
@@ -1033,12 +1021,6 @@ impl Link for ShmLink {
 
     fn wake(&self) -> Wake {
         Wake::Medium
-    }
-
-    /// Whether the message a posted receive waits for has arrived: a sender publishes without
-    /// ringing an owner that is awake, so a waiting owner watches its slots.
-    fn ready(&self) -> bool {
-        !self.rx.is_empty() && self.inp.seq(self.rd).load(Ordering::Acquire) == self.rd + 1
     }
 
     /// The failure flag is one load; the liveness connection costs a system call.

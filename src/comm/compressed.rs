@@ -454,21 +454,13 @@ impl Data<'_> {
                     &mut k.acc[..o.len]
                 }
             };
-            for gi in 0..self.plan.groups {
+            // Every group's blob, summed in group order, each line of the output written once.
+            let blobs: Vec<&[u8]> = (0..self.plan.groups)
                 // SAFETY: group gi's blob of the piece, received in an earlier step.
-                let blob = unsafe {
-                    std::slice::from_raw_parts(
-                        (self.blobs + o.slot0 + gi * o.blob) as *const u8,
-                        o.blob,
-                    )
-                };
-                let r = if gi == 0 {
-                    kernels::decompress_set(self.method, blob, acc)
-                } else {
-                    kernels::decompress_add(self.method, blob, acc)
-                };
-                r.map_err(|e| e.context(format!("block of group {gi}, piece {t}")))?;
-            }
+                .map(|gi| unsafe { self.blob(o.slot0 + gi * o.blob, o.blob) })
+                .collect();
+            kernels::decompress_sum(self.method, &blobs, acc)
+                .map_err(|e| e.context(format!("blocks of piece {t}")))?;
             if !is_direct {
                 // SAFETY: the piece lies inside `recv`.
                 unsafe { store(self.dtype, &k.acc[..o.len], self.recv, o) };

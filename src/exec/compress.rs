@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 mod int8_avx512;
+mod lines;
 
 use super::reduce::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::base::compress::Method;
@@ -739,11 +740,37 @@ const SAMPLE_RUN: usize = 16;
 /// Where the `j`-th of [`SAMPLE`] samples of `n` (at least `SAMPLE`) elements is taken: in run
 /// `j / SAMPLE_RUN`, which starts at a hashed offset within its stretch of the elements.
 fn sample_at(j: usize, n: usize) -> usize {
+    run_start(j / SAMPLE_RUN, n) + j % SAMPLE_RUN
+}
+
+/// Where run `r` of the sample of `n` elements starts.
+fn run_start(r: usize, n: usize) -> usize {
     let runs = (SAMPLE / SAMPLE_RUN) as u64;
-    let r = (j / SAMPLE_RUN) as u64;
+    let r = r as u64;
     let h = r.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
     let start = ((r * n as u64 + h % n as u64) / runs) as usize;
-    start.min(n - SAMPLE_RUN) + j % SAMPLE_RUN
+    start.min(n - SAMPLE_RUN)
+}
+
+/// Asks for the cache lines of run `r..r + SAMPLE_RUN` of `x` ahead of reading them: the
+/// sample's runs lie far apart, each a cache (and often a TLB) miss, and read one after the
+/// other those misses would not overlap.
+#[inline(always)]
+fn prefetch_run(x: &[f32], r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in [r, r + SAMPLE_RUN - 1] {
+        if let Some(v) = x.get(i) {
+            // SAFETY: SSE is part of x86_64; a prefetch never faults, and the address is
+            // inside `x` anyway.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (v as *const f32).cast(),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, r);
 }
 
 /// Collects into `scratch.cand` a superset of the `kk` largest magnitudes of `x` in index
@@ -757,7 +784,8 @@ fn sample_at(j: usize, n: usize) -> usize {
 /// selects over all of `x`. Either way the selection is the same.
 fn topk_sampled(k: &Kernels, x: &[f32], kk: usize, scratch: &mut Scratch) -> bool {
     let n = x.len();
-    let Some(t) = guess_threshold(n, kk, |i| x[i].to_bits(), scratch) else {
+    let Some(t) = guess_threshold(n, kk, |r| prefetch_run(x, r), |i| x[i].to_bits(), scratch)
+    else {
         return false;
     };
     let limit = candidate_limit(n, kk);
@@ -772,16 +800,20 @@ fn candidate_limit(n: usize, kk: usize) -> usize {
 }
 
 /// [`topk_sampled`]'s threshold for the `kk` largest of `n` elements whose f32 bits `at`
-/// gives, with `scratch.cand` emptied and reserved; `None` when `n` is too small or `kk` too
+/// gives (`prefetch(i)` is called first for the start `i` of every run of the sample), with `scratch.cand` emptied and reserved; `None` when `n` is too small or `kk` too
 /// large a share for a sample to pay off.
 fn guess_threshold(
     n: usize,
     kk: usize,
+    prefetch: impl Fn(usize),
     at: impl Fn(usize) -> u32,
     scratch: &mut Scratch,
 ) -> Option<u32> {
     if n < 16 * SAMPLE || kk * 16 > n {
         return None;
+    }
+    for r in 0..SAMPLE / SAMPLE_RUN {
+        prefetch(run_start(r, n));
     }
     let sample = &mut scratch.mags;
     sample.clear();
@@ -824,7 +856,14 @@ pub fn compress_topk_of_sum(
     };
     let mut summed = false;
     if kk > 0 {
-        if let Some(t) = guess_threshold(n, kk, |i| value(&res, i), scratch) {
+        let prefetch = |r: usize| {
+            prefetch_run(a, r);
+            prefetch_run(b, r);
+            if let Some(res) = &res {
+                prefetch_run(res, r);
+            }
+        };
+        if let Some(t) = guess_threshold(n, kk, prefetch, |i| value(&res, i), scratch) {
             let limit = candidate_limit(n, kk);
             // SAFETY: `k` is a level this CPU supports (`available` detected its features).
             let ok = unsafe {
@@ -928,6 +967,55 @@ pub fn residual(m: Method, blob: &[u8], x: &mut [f32]) -> Result<()> {
     apply_with(kernels(), m, blob, x, SUB)
 }
 
+/// Overwrites `out` with the sum of the values `blobs` encode (method `m`, `out.len()`
+/// elements each), added in blob order into zeros: the same values as [`decompress_set`] of
+/// the first blob followed by [`decompress_add`] of the others. Top-k blobs are merged and
+/// every cache line of `out` is written once, with streaming stores (see `lines`); nothing
+/// is written unless every blob is what this rank expects.
+pub fn decompress_sum(m: Method, blobs: &[&[u8]], out: &mut [f32]) -> Result<()> {
+    let Method::TopK { ratio } = m else {
+        for (g, blob) in blobs.iter().enumerate() {
+            let md = if g == 0 { SET } else { ADD };
+            apply_with(kernels(), m, blob, out, md)?;
+        }
+        if blobs.is_empty() {
+            out.fill(0.0);
+        }
+        return Ok(());
+    };
+    let n = out.len();
+    let kk = topk_count(ratio, n);
+    let mut sparse = Vec::with_capacity(blobs.len());
+    for blob in blobs {
+        check_blob(m, n, blob)?;
+        let (idx, val) = blob[HEADER..].split_at(4 * kk);
+        topk_indices_ok(idx, n)?;
+        sparse.push(lines::Sparse::new(idx, val));
+    }
+    lines::write_sum(&mut sparse, out);
+    Ok(())
+}
+
+/// Checks that top-k indices (little-endian u32) increase strictly and stay below `n`.
+fn topk_indices_ok(idx: &[u8], n: usize) -> Result<()> {
+    let mut next = 0usize;
+    for i in idx.chunks_exact(4) {
+        let i = u32::from_le_bytes([i[0], i[1], i[2], i[3]]) as usize;
+        if i < next || i >= n {
+            return Err(corrupt_index(i, n));
+        }
+        next = i + 1;
+    }
+    Ok(())
+}
+
+fn corrupt_index(i: usize, n: usize) -> Error {
+    Error::new(
+        ErrorKind::Para,
+        format!("top-k block index {i} is out of order or beyond {n} elements (corrupt block)"),
+    )
+}
+
 fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], md: u8) -> Result<()> {
     let n = acc.len();
     check_blob(m, n, blob)?;
@@ -968,13 +1056,7 @@ fn apply_with(k: &Kernels, m: Method, blob: &[u8], acc: &mut [f32], md: u8) -> R
             for (i, v) in idx.chunks_exact(4).zip(val.chunks_exact(4)) {
                 let i = u32::from_le_bytes([i[0], i[1], i[2], i[3]]) as usize;
                 if i < next || i >= n {
-                    return Err(Error::new(
-                        ErrorKind::Para,
-                        format!(
-                            "top-k block index {i} is out of order or beyond {n} elements \
-                             (corrupt block)"
-                        ),
-                    ));
+                    return Err(corrupt_index(i, n));
                 }
                 next = i + 1;
                 let v = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
@@ -1175,6 +1257,71 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Summing blobs with every output line written once gives the bits of clearing and adding
+    /// blob by blob, for every method, output alignment within a cache line, length and number
+    /// of blobs, and writes nothing outside the output; a corrupt blob is refused before
+    /// anything is written.
+    #[test]
+    fn sum_of_blobs_written_once_matches_clear_then_add() {
+        let mut s = Scratch::default();
+        for m in METHODS {
+            for n in [0usize, 1, 15, 16, 17, 33, 1000, 4099] {
+                for count in [1usize, 2, 3] {
+                    let blobs: Vec<Vec<u8>> = (0..count)
+                        .map(|g| {
+                            let x = values(n, 11 + 5 * g as u64 + n as u64, true);
+                            let mut b = vec![0u8; blob_len(m, n)];
+                            compress(m, &x, &mut b, &mut s);
+                            b
+                        })
+                        .collect();
+                    let blobs: Vec<&[u8]> = blobs.iter().map(Vec::as_slice).collect();
+                    let mut want = vec![7f32; n];
+                    decompress_set(m, blobs[0], &mut want).unwrap();
+                    for b in &blobs[1..] {
+                        decompress_add(m, b, &mut want).unwrap();
+                    }
+                    let mut buf = vec![7f32; n + 48];
+                    let line = buf.as_ptr().align_offset(64);
+                    for shift in 0..16 {
+                        let at = line + shift;
+                        buf.fill(7.0);
+                        decompress_sum(m, &blobs, &mut buf[at..at + n]).unwrap();
+                        let got = &buf[at..at + n];
+                        assert!(
+                            got.iter()
+                                .zip(&want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{m} n {n} blobs {count} shift {shift}"
+                        );
+                        let outside = buf[..at].iter().chain(&buf[at + n..]);
+                        assert!(outside.into_iter().all(|&v| v == 7.0), "{m} n {n}");
+                    }
+                    if let (Method::TopK { .. }, true) = (m, n > 1 && count > 1) {
+                        // The last blob's first two indices swapped: out of order.
+                        let mut bad = blobs[count - 1].to_vec();
+                        if topk_count_of(m, n) > 1 {
+                            let (a, b) = bad[HEADER..HEADER + 8].split_at_mut(4);
+                            a.swap_with_slice(b);
+                            let mut all = blobs.clone();
+                            all[count - 1] = &bad;
+                            buf.fill(7.0);
+                            assert!(decompress_sum(m, &all, &mut buf[..n]).is_err());
+                            assert!(buf.iter().all(|&v| v == 7.0), "{m} n {n}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn topk_count_of(m: Method, n: usize) -> usize {
+        match m {
+            Method::TopK { ratio } => topk_count(ratio, n),
+            _ => 0,
         }
     }
 

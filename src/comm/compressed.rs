@@ -454,13 +454,21 @@ impl Data<'_> {
                     &mut k.acc[..o.len]
                 }
             };
-            // Every group's blob, summed in group order, each line of the output written once.
             let blobs: Vec<&[u8]> = (0..self.plan.groups)
                 // SAFETY: group gi's blob of the piece, received in an earlier step.
                 .map(|gi| unsafe { self.blob(o.slot0 + gi * o.blob, o.blob) })
                 .collect();
-            kernels::decompress_sum(self.method, &blobs, acc)
-                .map_err(|e| e.context(format!("blocks of piece {t}")))?;
+            let r = if is_direct {
+                // Every group's blob, summed in group order, each output line written once.
+                kernels::decompress_sum(self.method, &blobs, acc)
+            } else {
+                // The accumulator is read right back: ordinary stores keep it in cache.
+                blobs.iter().enumerate().try_for_each(|(g, b)| match g {
+                    0 => kernels::decompress_set(self.method, b, acc),
+                    _ => kernels::decompress_add(self.method, b, acc),
+                })
+            };
+            r.map_err(|e| e.context(format!("blocks of piece {t}")))?;
             if !is_direct {
                 // SAFETY: the piece lies inside `recv`.
                 unsafe { store(self.dtype, &k.acc[..o.len], self.recv, o) };

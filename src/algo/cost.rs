@@ -68,6 +68,14 @@ impl LinkKind {
     }
 }
 
+/// Copies the ranks of one host make at the same time when many of them read one buffer (a
+/// one-step Broadcast over memory): its cores, fitted like the default link costs to this
+/// project's 2-core VM. Measured there (4 and 8 processes, 32 KiB-4 MiB, forced algorithms):
+/// the one-step Broadcast was as fast as the two-level and chain forms or faster at every
+/// size from 32 KiB to 64 MiB, which the old price of (n − 1) serial copies from the root
+/// had ruled out from 4 ranks and 2 MiB or 8 ranks and 32 KiB up.
+pub const HOST_COPY_LANES: f64 = 2.0;
+
 /// The model: one link cost per level plus the local reduction rate, and optionally the
 /// network the hosts share.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -546,6 +554,17 @@ pub fn predict(
             // On a single host no chain overlaps the host's allgather: the ranks' cores copy
             // each piece's shards in the scatter and again in the allgather, so a step costs
             // both (with two ranks that is the whole piece: direct with more steps).
+            if memory && h <= 1.0 && mm > 1.0 {
+                // One host: every byte one rank receives is a copy made on the host's cores,
+                // (mm − 1) shards from the root and mm (mm − 1) in the allgather per piece,
+                // more than the one-step form's (n − 1) messages (see HOST_COPY_LANES).
+                let lanes = (mm - 1.0).min(HOST_COPY_LANES);
+                let copies = (mm + 1.0) * (mm - 1.0) / mm * bytes;
+                return Some(
+                    (np + 1.0) * (m.level0.alpha + (mm - 1.0) * m.level0.peer)
+                        + copies / lanes / m.level0.mesh_beta,
+                );
+            }
             let per_step = if h > 1.0 { 1.0 } else { 2.0 };
             let l0 = if mm > 1.0 {
                 mesh_step(&m.level0, mm - 1.0, per_step * (mm - 1.0) * shard)
@@ -636,7 +655,16 @@ pub fn predict(
             }
             t
         }
-        (Algo::Direct, Coll::Broadcast { .. }) => net.fan(&flat, bytes),
+        (Algo::Direct, Coll::Broadcast { .. }) => {
+            if memory && sh.hosts <= 1.0 {
+                // Every receiver copies the whole message out of the root's buffer (single
+                // copy) at the same time, so the host's cores, not the root, set the pace.
+                let lanes = (n - 1.0).min(HOST_COPY_LANES);
+                mesh_step(&flat, n - 1.0, (n - 1.0) * bytes / lanes)
+            } else {
+                net.fan(&flat, bytes)
+            }
+        }
         (Algo::Ring | Algo::Chain, Coll::Broadcast { .. }) => {
             let k = (bytes / super::chain::CHUNK_BYTES as f64).ceil().max(1.0);
             if net.shared {
@@ -644,6 +672,10 @@ pub fn predict(
                 // step per hop, most of them inside hosts.
                 let h = sh.hosts;
                 (k + h - 2.0) * edge.msg(bytes / k) + (n - h) * m.level0.msg(bytes / k)
+            } else if memory && sh.hosts <= 1.0 {
+                // One host: the n − 1 copies of the message share its cores (HOST_COPY_LANES).
+                let lanes = (n - 1.0).min(HOST_COPY_LANES);
+                (k + n - 2.0) * edge.alpha + (n - 1.0) * bytes / lanes / edge.beta
             } else {
                 (k + n - 2.0) * edge.msg(bytes / k)
             }
@@ -768,9 +800,40 @@ mod tests {
             assert!(at(Algo::Direct, b) < at(Algo::Hier, b), "{b} bytes");
             b *= 2.0;
         }
-        // With more ranks per host it still moves fewer bytes from the root than direct.
+        // With more ranks the host's cores copy more in the two-level form than in direct.
         let sh = Shape::of(&Topo::flat(8));
         let at = |a, b| predict(a, &c, b, sh, &m, true).unwrap();
-        assert!(at(Algo::Hier, 64e6) < at(Algo::Direct, 64e6));
+        assert!(at(Algo::Direct, 64e6) < at(Algo::Hier, 64e6));
+    }
+
+    #[test]
+    fn one_host_broadcast_is_one_step_at_cache_sizes() {
+        // 4 and 8 processes on the 2-core VM, 32 KiB-4 MiB: direct measured fastest at every
+        // size; the old price (the root's n − 1 copies in series) chose the two-level form
+        // (8 ranks) or the chain (4 ranks, 2-4 MiB), 1.2-5x slower there.
+        for n in [3u32, 4, 8] {
+            let topo = Topo::flat(n);
+            let ctx = Ctx {
+                me: 0,
+                n,
+                elem: 4,
+                network: false,
+                topo: &topo,
+                deterministic: false,
+            };
+            let mut b = 32usize << 10;
+            while b <= 4 << 20 {
+                let coll = Coll::Broadcast {
+                    count: b / 4,
+                    root: 0,
+                };
+                assert_eq!(
+                    crate::algo::select::choose(&coll, &ctx),
+                    Algo::Direct,
+                    "{n} ranks, {b} B"
+                );
+                b *= 2;
+            }
+        }
     }
 }

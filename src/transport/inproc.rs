@@ -19,7 +19,8 @@ use parking_lot::Mutex;
 
 use super::backoff::NO_CPU;
 use super::doorbell::Doorbell;
-use super::link::{Link, LinkInfo, Medium, Reach, Shared, Wake};
+use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
+use super::stream::{copy_streaming, STREAM_MIN};
 use super::tag::Tag;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
@@ -28,6 +29,12 @@ use crate::base::error::{Error, ErrorKind, Result};
 pub const EAGER_MAX: usize = 64;
 /// Most messages of a pair that may wait untaken while an eager send completes.
 pub const EAGER_DEPTH: u64 = 8;
+/// Operations of at least this many bytes ([`SendHint::op_bytes`]) have their plain receives
+/// of [`STREAM_MIN`] bytes or more copied with streaming stores: such an operation's buffers
+/// do not fit in this machine's caches, so the destination lines would be read from memory
+/// only to be overwritten (a third of a copy's memory traffic). Reductions still use ordinary
+/// stores: their destination is read anyway.
+pub const STREAM_OP_MIN: usize = 16 << 20;
 
 #[derive(Clone, Copy, Debug)]
 struct SendDesc {
@@ -38,6 +45,8 @@ struct SendDesc {
     tag: Tag,
     /// The message itself when sent eagerly.
     eager: Option<[u8; EAGER_MAX]>,
+    /// Whether a plain receive stores it with streaming stores (see [`STREAM_OP_MIN`]).
+    stream: bool,
 }
 
 #[derive(Debug, Default)]
@@ -194,6 +203,7 @@ impl InprocFabric {
         ptr: *const u8,
         len: usize,
         tag: Tag,
+        hint: SendHint,
     ) -> Option<u64> {
         let eager = (len <= EAGER_MAX).then(|| {
             let mut b = [0u8; EAGER_MAX];
@@ -213,6 +223,7 @@ impl InprocFabric {
             len,
             tag,
             eager,
+            stream: len >= STREAM_MIN && hint.op_bytes >= STREAM_OP_MIN,
         });
         drop(q);
         self.ring(dst);
@@ -295,7 +306,10 @@ impl InprocFabric {
             unsafe {
                 match reduce {
                     None => {
-                        if !std::ptr::eq(from, ptr) {
+                        let apart = (from as usize).abs_diff(ptr as usize) >= len;
+                        if desc.stream && apart {
+                            copy_streaming(from, ptr, len);
+                        } else if !std::ptr::eq(from, ptr) {
                             std::ptr::copy(from, ptr, len);
                         }
                     }
@@ -382,7 +396,22 @@ impl Link for MemoryLink {
 
     unsafe fn post_send(&mut self, ptr: *const u8, len: usize, tag: Tag) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
-        if let Some(seq) = unsafe { self.fabric.post_send(self.me, self.peer, ptr, len, tag) } {
+        unsafe { self.post_send_hinted(ptr, len, tag, SendHint::default()) }
+    }
+
+    unsafe fn post_send_hinted(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        tag: Tag,
+        hint: SendHint,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        let posted = unsafe {
+            self.fabric
+                .post_send(self.me, self.peer, ptr, len, tag, hint)
+        };
+        if let Some(seq) = posted {
             self.sends.push_back(seq);
         }
         Ok(())
@@ -521,11 +550,11 @@ mod tests {
         let x = [5u8; 8];
         for k in 0..EAGER_DEPTH {
             // SAFETY: eager: the message is copied at posting.
-            let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+            let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T, SendHint::default()) };
             assert_eq!(s, None, "message {k} completes at posting");
         }
         // SAFETY: as above.
-        let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T) };
+        let s = unsafe { f.post_send(0, 1, x.as_ptr(), x.len(), T, SendHint::default()) };
         let s = s.expect("one past the depth waits");
         assert!(!f.send_done(0, 1, s));
         let mut got = [0u8; 8];
@@ -544,8 +573,8 @@ mod tests {
         // SAFETY: the buffers outlive the receives below.
         let (s1, s2) = unsafe {
             (
-                f.post_send(0, 1, small.as_ptr(), small.len(), T),
-                f.post_send(0, 1, big.as_ptr(), big.len(), T),
+                f.post_send(0, 1, small.as_ptr(), small.len(), T, SendHint::default()),
+                f.post_send(0, 1, big.as_ptr(), big.len(), T, SendHint::default()),
             )
         };
         assert_eq!(
@@ -588,7 +617,10 @@ mod tests {
         );
         // SAFETY: buffers of the stated lengths, alive for the calls.
         unsafe {
-            assert_eq!(f.post_send(1, 0, a.as_ptr().cast(), 12, T), None);
+            assert_eq!(
+                f.post_send(1, 0, a.as_ptr().cast(), 12, T, SendHint::default()),
+                None
+            );
             assert!(f
                 .try_recv(1, 0, acc.as_mut_ptr().cast(), 12, Some(&red), &T)
                 .unwrap());
@@ -614,7 +646,7 @@ mod tests {
         let mut got = [0u8; 16];
         // SAFETY: buffers of the stated lengths, alive for the calls.
         let e = unsafe {
-            f.post_send(0, 1, a.as_ptr(), 16, sent.encode());
+            f.post_send(0, 1, a.as_ptr(), 16, sent.encode(), SendHint::default());
             f.try_recv(0, 1, got.as_mut_ptr(), 16, None, &want.encode())
                 .unwrap_err()
         };

@@ -184,6 +184,15 @@ typedef struct {
 
     /* Closes the comm; its outstanding requests are abandoned (their handles become invalid). */
     hcclNetResult_t (*closeComm)(void *comm);
+
+    /* Optional (NULL, or beyond a plugin's structSize): prepares to sleep until comm may make
+     * progress. It progresses the comm itself, then answers HCCL_NET_SUCCESS with *fd a
+     * descriptor (owned by the plugin, valid until closeComm) that turns readable (POLLIN) when
+     * calling the comm again may find something: the caller may block in poll() on it, with a
+     * timeout of its own, and then calls test() or pollImm(). HCCL_NET_AGAIN: something may
+     * already be done, call test() or pollImm() first. HCCL_NET_E_NOT_SUPPORTED: the comm has
+     * nothing to sleep on; keep polling it. */
+    hcclNetResult_t (*waitFd)(void *comm, int *fd);
 } hcclNetPlugin_v1_t;
 
 /* The type of the exported entry point HCCL_NET_PLUGIN_SYMBOL. */

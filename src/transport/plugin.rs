@@ -17,6 +17,7 @@
 //! other hosts.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -38,6 +39,7 @@ const UNSET: i32 = -1;
 pub const SUCCESS: c_int = 0;
 /// Result: not an error; make progress and post again.
 pub const AGAIN: c_int = 1;
+const E_NOT_SUPPORTED: c_int = 4;
 const E_NO_DEVICE: c_int = 5;
 /// A device needs every buffer inside a registration.
 pub const FLAG_REG_REQUIRED: u32 = 0x2;
@@ -140,6 +142,8 @@ struct TableV1 {
     close_comm: Option<unsafe extern "C" fn(Ptr) -> c_int>,
 }
 
+type WaitFdFn = unsafe extern "C" fn(Ptr, *mut c_int) -> c_int;
+
 /// The entries this library calls, all present.
 #[derive(Clone, Copy)]
 struct Calls {
@@ -157,6 +161,9 @@ struct Calls {
     irecv: unsafe extern "C" fn(Ptr, Ptr, usize, u32, Ptr, *mut Ptr) -> c_int,
     test: unsafe extern "C" fn(Ptr, *mut c_int, *mut usize) -> c_int,
     close_comm: unsafe extern "C" fn(Ptr) -> c_int,
+    /// `waitFd`: optional, and absent from tables built before it (which end after
+    /// `closeComm`).
+    wait_fd: Option<WaitFdFn>,
 }
 
 /// A loaded, initialised plugin and the device this process uses (device 0).
@@ -216,10 +223,22 @@ impl NetPlugin {
         if version != VERSION || (size as usize) < std::mem::size_of::<TableV1>() {
             return Err(fallback(format!(
                 "interface version {version} (size {size}); this library speaks version \
-                 {VERSION} (size {})",
+                 {VERSION} (size {} or more)",
                 std::mem::size_of::<TableV1>()
             )));
         }
+        // `waitFd` follows the required entries (a multiple of 8 bytes) when the table has it.
+        let wait_fd = if size as usize >= std::mem::size_of::<TableV1>() + 8 {
+            // SAFETY: the table is at least that long; the entry is a nullable function pointer.
+            unsafe {
+                table
+                    .add(1)
+                    .cast::<Option<WaitFdFn>>()
+                    .read_unaligned()
+            }
+        } else {
+            None
+        };
         // SAFETY: version and size checked: the table has this layout and lives as long as the
         // library stays loaded.
         let t = unsafe { &*table };
@@ -239,6 +258,7 @@ impl NetPlugin {
             irecv: t.irecv.ok_or_else(missing)?,
             test: t.test.ok_or_else(missing)?,
             close_comm: t.close_comm.ok_or_else(missing)?,
+            wait_fd,
         };
         let name = if t.name.is_null() {
             "?".to_string()
@@ -472,6 +492,23 @@ impl NetPlugin {
         match r {
             SUCCESS if done != 0 => Ok(Some(bytes)),
             SUCCESS => Ok(None),
+            e => Err(e),
+        }
+    }
+
+    /// Prepares to sleep on `comm` (`waitFd`): `Ok(Some(fd))` when the caller may block until
+    /// `fd` turns readable, `Ok(None)` when the comm may progress now; an error when the comm
+    /// has nothing to sleep on (or the plugin no such entry).
+    pub(crate) fn wait_fd(&self, comm: Ptr) -> std::result::Result<Option<RawFd>, c_int> {
+        let Some(f) = self.calls.wait_fd else {
+            return Err(E_NOT_SUPPORTED);
+        };
+        let mut fd: c_int = -1;
+        // SAFETY: the plugin checks the comm; writes an int.
+        match unsafe { f(comm, &mut fd) } {
+            SUCCESS if fd >= 0 => Ok(Some(fd)),
+            SUCCESS => Err(E_NOT_SUPPORTED),
+            AGAIN => Ok(None),
             e => Err(e),
         }
     }

@@ -26,10 +26,11 @@
  *     in place.
  *   - Every isend/irecv/iwrite returns a request; test() reports completion (and frees the
  *     request) or an error (and frees it as well). Progress is made inside the plugin calls
- *     (test, pollImm, connectTest, accept and the posting calls) and only for the comm called;
- *     there is no thread. A waiting caller therefore tests all its outstanding requests in
- *     one loop: a large send can need its receiving comm (in the same or the peer process)
- *     to be polled before it completes.
+ *     (test, pollImm, connectTest, accept, waitFd and the posting calls) and only for the comm
+ *     called. A waiting caller therefore tests all its outstanding requests in one loop: a
+ *     large send can need its receiving comm (in the same or the peer process) to be polled
+ *     before it completes. A caller that would rather sleep than poll asks waitFd for a
+ *     descriptor to sleep on between such loops.
  *
  * Handles (listen comms, comms, memory registrations, requests) are opaque. The plugin checks
  * every handle it is given: NULL, unknown, already closed or of the wrong kind answers

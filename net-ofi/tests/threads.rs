@@ -236,24 +236,23 @@ fn a_receiver_sleeps_on_its_wait_descriptor_until_a_message_arrives() {
         let out: Vec<u8> = (0..size).map(|i| (i as u8) ^ round).collect();
         let mut inb = vec![0u8; size];
         // SAFETY: inb lives until the receive finishes.
-        let rr = post(|q| unsafe {
-            (p.irecv)(b.0, inb.as_mut_ptr().cast(), size, 9, null_mut(), q)
-        });
+        let rr =
+            post(|q| unsafe { (p.irecv)(b.0, inb.as_mut_ptr().cast(), size, 9, null_mut(), q) });
         let fd = wait_fd(p, b);
         // SAFETY: out lives until the send finishes.
         let rs = post(|q| unsafe { (p.isend)(a.0, out.as_ptr().cast(), size, 9, null_mut(), q) });
         assert_eq!(wait_all(p, &[rs]), [(code::SUCCESS, size)]);
         // The receiver is not called until its descriptor says so.
-        assert!(readable(fd), "round {round}: the wait descriptor never turned readable");
+        assert!(
+            readable(fd),
+            "round {round}: the wait descriptor never turned readable"
+        );
         assert_eq!(wait_all(p, &[rr]), [(code::SUCCESS, size)]);
         assert!(inb == out, "round {round}: data differs");
     }
     let mut fd: c_int = -1;
     // SAFETY: valid out-pointer; the handle is not a comm.
-    assert_eq!(
-        unsafe { (p.wait_fd)(null_mut(), &mut fd) },
-        code::E_INVALID
-    );
+    assert_eq!(unsafe { (p.wait_fd)(null_mut(), &mut fd) }, code::E_INVALID);
     // SAFETY: a NULL out-pointer is refused.
     assert_eq!(
         unsafe { (p.wait_fd)(b.0, std::ptr::null_mut()) },

@@ -144,6 +144,19 @@ struct TableV1 {
 
 type WaitFdFn = unsafe extern "C" fn(Ptr, *mut c_int) -> c_int;
 
+/// The optional `waitFd` entry of a table `size` bytes long: it follows the required entries
+/// (a multiple of 8 bytes) when the table is long enough to hold it.
+///
+/// # Safety
+/// `table` must point to a table of at least `size` bytes, and of at least the required ones.
+unsafe fn wait_fd_entry(table: *const TableV1, size: u32) -> Option<WaitFdFn> {
+    if (size as usize) < std::mem::size_of::<TableV1>() + std::mem::size_of::<Option<WaitFdFn>>() {
+        return None;
+    }
+    // SAFETY: the entry lies inside the table (size checked); it is a nullable function pointer.
+    unsafe { table.add(1).cast::<Option<WaitFdFn>>().read_unaligned() }
+}
+
 /// The entries this library calls, all present.
 #[derive(Clone, Copy)]
 struct Calls {
@@ -227,18 +240,8 @@ impl NetPlugin {
                 std::mem::size_of::<TableV1>()
             )));
         }
-        // `waitFd` follows the required entries (a multiple of 8 bytes) when the table has it.
-        let wait_fd = if size as usize >= std::mem::size_of::<TableV1>() + 8 {
-            // SAFETY: the table is at least that long; the entry is a nullable function pointer.
-            unsafe {
-                table
-                    .add(1)
-                    .cast::<Option<WaitFdFn>>()
-                    .read_unaligned()
-            }
-        } else {
-            None
-        };
+        // SAFETY: the table is at least as long as its required entries (checked above).
+        let wait_fd = unsafe { wait_fd_entry(table, size) };
         // SAFETY: version and size checked: the table has this layout and lives as long as the
         // library stays loaded.
         let t = unsafe { &*table };
@@ -658,7 +661,43 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
 
 #[cfg(test)]
 mod tests {
-    use super::sockets_provider;
+    use super::{sockets_provider, wait_fd_entry, TableV1, WaitFdFn};
+    use std::ffi::c_int;
+
+    unsafe extern "C" fn fake_wait_fd(_comm: *mut std::ffi::c_void, fd: *mut c_int) -> c_int {
+        // SAFETY: the test passes a valid out-pointer.
+        unsafe { *fd = 42 };
+        0
+    }
+
+    #[test]
+    fn wait_fd_is_read_only_from_tables_long_enough_to_hold_it() {
+        #[repr(C)]
+        struct Longer {
+            base: TableV1,
+            wait_fd: Option<WaitFdFn>,
+        }
+        // SAFETY: all-None entries and a null name are a valid (empty) table.
+        let mut t: Longer = unsafe { std::mem::zeroed() };
+        t.wait_fd = Some(fake_wait_fd);
+        let full = std::mem::size_of::<Longer>() as u32;
+        let short = std::mem::size_of::<TableV1>() as u32;
+        let p: *const TableV1 = &t.base;
+        // SAFETY: p points to a table of `full` bytes.
+        let f = unsafe { wait_fd_entry(p, full) }.expect("a table with waitFd");
+        let mut fd = -1;
+        // SAFETY: the fake entry only writes the out-pointer.
+        assert_eq!(unsafe { f(std::ptr::null_mut(), &mut fd) }, 0);
+        assert_eq!(fd, 42);
+        // SAFETY: as above; a table built before waitFd ends with the required entries.
+        assert!(unsafe { wait_fd_entry(p, short) }.is_none());
+        // SAFETY: as above.
+        assert!(unsafe { wait_fd_entry(p, full - 1) }.is_none());
+        t.wait_fd = None;
+        let p: *const TableV1 = &t.base;
+        // SAFETY: as above.
+        assert!(unsafe { wait_fd_entry(p, full) }.is_none());
+    }
 
     #[test]
     fn socket_providers_are_told_from_rdma_ones() {

@@ -536,9 +536,6 @@ struct CommState {
     /// completions it read would leave the descriptor quiet while the caller's wait for them
     /// ends only at its timeout. Any call on the comm clears it.
     waiting: bool,
-    /// The last progress read no completion and nothing was posted since: a caller that
-    /// tested its requests just before asking for the wait descriptor needs no second pass.
-    quiet: bool,
 }
 
 /// Open comms, progressed in the background (see [`watch`]).
@@ -613,7 +610,6 @@ impl Comm {
             nonce: target.nonce,
             ctrl_out: None,
             waiting: false,
-            quiet: false,
         };
         let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
         // The ACK receive must be posted before the HELLO leaves: a provider without
@@ -677,7 +673,6 @@ impl Comm {
             nonce,
             ctrl_out: Some((TAG_ACK, peer, Box::new(Ctrl { nonce, addr }.encode()))),
             waiting: false,
-            quiet: false,
         };
         st.drive();
         Ok(Comm {
@@ -733,7 +728,6 @@ impl Comm {
     }
 
     fn request(self: &Arc<Self>, st: &mut CommState, id: u64) -> *mut c_void {
-        st.quiet = false;
         let h = handles::insert(Obj::Request(Arc::new(Request {
             comm: self.clone(),
             id,
@@ -902,7 +896,7 @@ impl Comm {
                 self.dev.provider
             )));
         }
-        if !st.quiet && (st.drive() > 0 || st.ctrl_out.is_some()) {
+        if st.drive() > 0 || st.ctrl_out.is_some() {
             return Err(NetError::Again);
         }
         st.usable()?;
@@ -993,7 +987,6 @@ impl CommState {
             }
         }
         let read = self.eps.progress();
-        self.quiet = read == 0 && self.ctrl_out.is_none();
         let Phase::Connecting(id) = self.phase else {
             return read;
         };

@@ -26,10 +26,11 @@
  *     in place.
  *   - Every isend/irecv/iwrite returns a request; test() reports completion (and frees the
  *     request) or an error (and frees it as well). Progress is made inside the plugin calls
- *     (test, pollImm, connectTest, accept and the posting calls) and only for the comm called;
- *     there is no thread. A waiting caller therefore tests all its outstanding requests in
- *     one loop: a large send can need its receiving comm (in the same or the peer process)
- *     to be polled before it completes.
+ *     (test, pollImm, connectTest, accept, waitFd and the posting calls) and only for the comm
+ *     called. A waiting caller therefore tests all its outstanding requests in one loop: a
+ *     large send can need its receiving comm (in the same or the peer process) to be polled
+ *     before it completes. A caller that would rather sleep than poll asks waitFd for a
+ *     descriptor to sleep on between such loops.
  *
  * Handles (listen comms, comms, memory registrations, requests) are opaque. The plugin checks
  * every handle it is given: NULL, unknown, already closed or of the wrong kind answers
@@ -184,6 +185,15 @@ typedef struct {
 
     /* Closes the comm; its outstanding requests are abandoned (their handles become invalid). */
     hcclNetResult_t (*closeComm)(void *comm);
+
+    /* Optional (NULL, or beyond a plugin's structSize): prepares to sleep until comm may make
+     * progress. It progresses the comm itself, then answers HCCL_NET_SUCCESS with *fd a
+     * descriptor (owned by the plugin, valid until closeComm) that turns readable (POLLIN) when
+     * calling the comm again may find something: the caller may block in poll() on it, with a
+     * timeout of its own, and then calls test() or pollImm(). HCCL_NET_AGAIN: something may
+     * already be done, call test() or pollImm() first. HCCL_NET_E_NOT_SUPPORTED: the comm has
+     * nothing to sleep on; keep polling it. */
+    hcclNetResult_t (*waitFd)(void *comm, int *fd);
 } hcclNetPlugin_v1_t;
 
 /* The type of the exported entry point HCCL_NET_PLUGIN_SYMBOL. */

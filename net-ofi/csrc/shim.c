@@ -45,6 +45,8 @@ struct hno_ep {
     struct fid_ep *ep;
     struct fid_cq *cq;
     struct fid_av *av;
+    struct fid_fabric *fabric;
+    int wait_fd; /* the completion queue's wait descriptor, -1 when it has none */
 };
 
 /* One completion, or one failed operation when err != 0. */
@@ -208,12 +210,26 @@ int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
     *out = NULL;
     if (!e)
         return -FI_ENOMEM;
+    e->fabric = d->fabric;
+    e->wait_fd = -1;
+    /* A descriptor to sleep on when the provider offers one, else a queue that is polled. */
     memset(&cq_attr, 0, sizeof(cq_attr));
     cq_attr.format = FI_CQ_FORMAT_DATA;
-    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.wait_obj = FI_WAIT_FD;
+    rc = fi_cq_open(d->domain, &cq_attr, &e->cq, NULL);
+    if (rc == 0 && fi_control(&e->cq->fid, FI_GETWAIT, &e->wait_fd) != 0) {
+        e->wait_fd = -1;
+        fi_close(&e->cq->fid);
+        e->cq = NULL;
+        rc = -FI_ENOSYS;
+    }
+    if (rc != 0) {
+        e->wait_fd = -1;
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        rc = fi_cq_open(d->domain, &cq_attr, &e->cq, NULL);
+    }
     memset(&av_attr, 0, sizeof(av_attr));
     av_attr.type = d->info->domain_attr->av_type;
-    rc = fi_cq_open(d->domain, &cq_attr, &e->cq, NULL);
     if (rc == 0)
         rc = fi_av_open(d->domain, &av_attr, &e->av, NULL);
     if (rc == 0)
@@ -235,6 +251,22 @@ int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
 void hno_ep_close(struct hno_ep *e)
 {
     ep_free(e);
+}
+
+/* The completion queue's wait descriptor (readable when the endpoint may progress), or -1. */
+int hno_ep_wait_fd(const struct hno_ep *e)
+{
+    return e->wait_fd;
+}
+
+/*
+ * 0 when the caller may now sleep on the wait descriptor, -FI_EAGAIN when completions are
+ * pending (read them first), another negative code on failure.
+ */
+int hno_ep_trywait(struct hno_ep *e)
+{
+    struct fid *fids[1] = {&e->cq->fid};
+    return fi_trywait(e->fabric, fids, 1);
 }
 
 /* The endpoint's address; *len is the buffer size in, the address size out. */

@@ -117,6 +117,7 @@ pub struct PluginV1 {
     pub poll_imm: unsafe extern "C" fn(H, *mut u32, *mut c_int) -> Res,
     pub test: unsafe extern "C" fn(H, *mut c_int, *mut usize) -> Res,
     pub close_comm: unsafe extern "C" fn(H) -> Res,
+    pub wait_fd: unsafe extern "C" fn(H, *mut c_int) -> Res,
 }
 
 // SAFETY: the table is immutable; `name` points to a static string.

@@ -277,11 +277,13 @@ impl EpState {
         Some(outcome.and_then(|_| Ctrl::decode(&buf)))
     }
 
-    /// Reads the completion queue and records what completed.
-    fn progress(&mut self) {
+    /// Reads the completion queue and records what completed; returns how many completions
+    /// it read.
+    fn progress(&mut self) -> usize {
         let Some(ep) = self.ep.as_ref().map(|e| e.0) else {
-            return;
+            return 0;
         };
+        let mut read = 0;
         // SAFETY: constant queries.
         let (remote_cq_data, etrunc) =
             unsafe { (sys::hno_flag_remote_cq_data(), sys::hno_err_truncated()) };
@@ -296,15 +298,17 @@ impl EpState {
                 let e = NetError::fabric("fi_cq_read", n as i64);
                 log::error(&format!("{}: {e}", self.what));
                 self.broken.get_or_insert(e);
-                return;
+                return read + 1;
             }
             if n == 0 {
-                return;
+                return read;
             }
+            read += n as usize;
             for c in &cqe[..n as usize] {
                 self.complete(c, remote_cq_data, etrunc, &msg);
             }
         }
+        read
     }
 
     fn complete(&mut self, c: &Cqe, remote_cq_data: u64, etrunc: i32, msg: &[std::ffi::c_char]) {
@@ -527,6 +531,11 @@ struct CommState {
     nonce: u64,
     /// A control message not yet accepted by the provider: (tag, destination, payload).
     ctrl_out: Option<(u64, u64, CtrlBuf)>,
+    /// The caller sleeps on the wait descriptor ([`Comm::wait_fd`]) and calls again when it
+    /// turns readable: the background thread leaves the comm alone meanwhile, since
+    /// completions it read would leave the descriptor quiet while the caller's wait for them
+    /// ends only at its timeout. Any call on the comm clears it.
+    waiting: bool,
 }
 
 /// Open comms, progressed in the background (see [`watch`]).
@@ -600,6 +609,7 @@ impl Comm {
             phase: Phase::Ready,
             nonce: target.nonce,
             ctrl_out: None,
+            waiting: false,
         };
         let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
         // The ACK receive must be posted before the HELLO leaves: a provider without
@@ -662,6 +672,7 @@ impl Comm {
             phase: Phase::Ready,
             nonce,
             ctrl_out: Some((TAG_ACK, peer, Box::new(Ctrl { nonce, addr }.encode()))),
+            waiting: false,
         };
         st.drive();
         Ok(Comm {
@@ -671,8 +682,9 @@ impl Comm {
     }
 
     fn state(&self) -> NetResult<MutexGuard<'_, CommState>> {
-        let st = lock(&self.st)?;
+        let mut st = lock(&self.st)?;
         st.eps.ep()?;
+        st.waiting = false;
         Ok(st)
     }
 
@@ -868,10 +880,47 @@ impl Comm {
         outcome.map(Some)
     }
 
-    /// Progresses the endpoint unless another thread is using it.
+    /// The descriptor to sleep on until this comm may progress (`waitFd` of the interface):
+    /// progresses the endpoint first and answers `Again` when that found completions (or the
+    /// provider says some are pending), `NotSupported` when the provider's completion queue
+    /// has no wait object.
+    pub fn wait_fd(&self) -> NetResult<i32> {
+        let mut st = self.state()?;
+        st.usable()?;
+        let ep = st.eps.ep()?;
+        // SAFETY: a live endpoint.
+        let fd = unsafe { sys::hno_ep_wait_fd(ep) };
+        if fd < 0 {
+            return Err(NetError::NotSupported(format!(
+                "provider {}: the completion queue has no wait descriptor",
+                self.dev.provider
+            )));
+        }
+        if st.drive() > 0 || st.ctrl_out.is_some() {
+            return Err(NetError::Again);
+        }
+        st.usable()?;
+        // SAFETY: a live endpoint.
+        let rc = unsafe { sys::hno_ep_trywait(ep) };
+        // SAFETY: constant query.
+        if rc == -unsafe { sys::hno_err_again() } {
+            return Err(NetError::Again);
+        }
+        if rc != 0 {
+            return Err(NetError::NotSupported(format!(
+                "provider {}: {}",
+                self.dev.provider,
+                NetError::fabric("fi_trywait", rc as i64)
+            )));
+        }
+        st.waiting = true;
+        Ok(fd)
+    }
+
+    /// Progresses the endpoint unless another thread is using it or its caller waits on it.
     fn sweep(&self) {
         if let Ok(mut st) = self.st.try_lock() {
-            if st.eps.ep.is_some() && st.eps.broken.is_none() {
+            if st.eps.ep.is_some() && st.eps.broken.is_none() && !st.waiting {
                 st.drive();
             }
         }
@@ -904,8 +953,9 @@ impl CommState {
         }
     }
 
-    /// Posts a waiting control message, reads completions and finishes the handshake.
-    fn drive(&mut self) {
+    /// Posts a waiting control message, reads completions and finishes the handshake; returns
+    /// how many completions it read.
+    fn drive(&mut self) -> usize {
         if let Some((tag, dest, payload)) = self.ctrl_out.take() {
             let r = self.eps.post(
                 "fi_tsend",
@@ -936,12 +986,12 @@ impl CommState {
                 }
             }
         }
-        self.eps.progress();
+        let read = self.eps.progress();
         let Phase::Connecting(id) = self.phase else {
-            return;
+            return read;
         };
         let Some(ack) = self.eps.take_ctrl(id) else {
-            return;
+            return read;
         };
         let r = ack.and_then(|a| {
             if a.nonce != self.nonce {
@@ -966,6 +1016,7 @@ impl CommState {
                 self.eps.broken.get_or_insert(e);
             }
         }
+        read
     }
 }
 

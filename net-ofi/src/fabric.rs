@@ -39,7 +39,10 @@ pub fn ask_rxm_eager_limit(api: u32) -> bool {
         return false;
     }
     // setenv races with getenv in other threads; the host calls init before it starts
-    // collectives, and libfabric reads its parameters in the calling thread.
+    // collectives, and libfabric reads its parameters in the calling thread. libfabric offers
+    // no race-free way: it reads its parameters only from the environment (fi_getparams just
+    // lists them), and the one rxm endpoint option near it, FI_OPT_BUFFERED_LIMIT, bounds
+    // rxm's buffered receives below the eager limit instead of setting that limit.
     std::env::set_var("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_WANTED.to_string());
     true
 }

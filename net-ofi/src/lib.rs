@@ -315,6 +315,28 @@ unsafe extern "C" fn close_comm(comm: *mut c_void) -> c_int {
     })
 }
 
+unsafe extern "C" fn wait_fd(comm: *mut c_void, fd: *mut c_int) -> c_int {
+    let fd = match out(fd, "fd") {
+        Ok(fd) => fd,
+        Err(e) => return boundary("waitFd", || Err(e)),
+    };
+    // Not through `boundary` for the expected answers: AGAIN is the common case and
+    // NOT_SUPPORTED is final for the comm; neither is worth a log line on every wait.
+    match catch_unwind(AssertUnwindSafe(|| handles::comm(comm)?.wait_fd())) {
+        Ok(Ok(d)) => {
+            *fd = d;
+            code::SUCCESS
+        }
+        Ok(Err(NetError::Again)) => code::AGAIN,
+        Ok(Err(e @ NetError::NotSupported(_))) => {
+            log::debug(&format!("waitFd: {e}"));
+            e.code()
+        }
+        Ok(Err(e)) => boundary("waitFd", || Err(e)),
+        Err(_) => boundary("waitFd", || Err(NetError::Internal("panic".into()))),
+    }
+}
+
 static PLUGIN: PluginV1 = PluginV1 {
     version: abi::PLUGIN_VERSION,
     struct_size: std::mem::size_of::<PluginV1>() as u32,
@@ -336,6 +358,7 @@ static PLUGIN: PluginV1 = PluginV1 {
     poll_imm,
     test,
     close_comm,
+    wait_fd,
 };
 
 /// The plugin's entry point (`HCCL_NET_PLUGIN_SYMBOL`).

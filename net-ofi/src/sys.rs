@@ -88,6 +88,8 @@ extern "C" {
     pub fn hno_domain_close(d: *mut HnoDomain);
     pub fn hno_ep_open(d: *mut HnoDomain, out: *mut *mut HnoEp) -> c_int;
     pub fn hno_ep_close(e: *mut HnoEp);
+    pub fn hno_ep_wait_fd(e: *const HnoEp) -> c_int;
+    pub fn hno_ep_trywait(e: *mut HnoEp) -> c_int;
     pub fn hno_ep_name(e: *mut HnoEp, buf: *mut c_void, len: *mut usize) -> c_int;
     pub fn hno_av_insert(e: *mut HnoEp, addr: *const c_void, fi_addr: *mut u64) -> c_int;
     pub fn hno_tsend(

@@ -139,6 +139,11 @@ fn header_layout_matches_the_rust_types() {
             "closeComm",
             offset_of!(PluginV1, close_comm),
         ),
+        (
+            "hcclNetPlugin_v1_t",
+            "waitFd",
+            offset_of!(PluginV1, wait_fd),
+        ),
     ];
     let sizes: &[(&str, usize)] = &[
         ("hcclNetConfig_t", size_of::<NetConfig>()),

@@ -197,3 +197,72 @@ fn deregistering_while_a_receive_is_posted_is_safe() {
         (p.close_comm)(b.0);
     }
 }
+
+/// Asks `comm` for its wait descriptor until the plugin has nothing left to report first.
+fn wait_fd(p: &PluginV1, comm: H) -> c_int {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let mut fd: c_int = -1;
+        // SAFETY: valid out-pointer.
+        match unsafe { (p.wait_fd)(comm.0, &mut fd) } {
+            code::SUCCESS => {
+                assert!(fd >= 0, "waitFd succeeded without a descriptor");
+                return fd;
+            }
+            code::AGAIN => assert!(Instant::now() < end, "waitFd kept answering AGAIN"),
+            rc => panic!("waitFd failed ({rc}): {:?}", LOG.lock().unwrap()),
+        }
+    }
+}
+
+/// Whether `fd` turns readable within the hang guard.
+fn readable(fd: c_int) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, DEADLINE.as_millis() as c_int) };
+    n == 1 && pfd.revents & libc::POLLIN != 0
+}
+
+#[test]
+fn a_receiver_sleeps_on_its_wait_descriptor_until_a_message_arrives() {
+    let p = plugin();
+    let (a, b) = pair(p);
+    for round in 0..4u8 {
+        let size = [1usize, 4096, 100_000, 8][round as usize].min(max_message(p));
+        let out: Vec<u8> = (0..size).map(|i| (i as u8) ^ round).collect();
+        let mut inb = vec![0u8; size];
+        // SAFETY: inb lives until the receive finishes.
+        let rr =
+            post(|q| unsafe { (p.irecv)(b.0, inb.as_mut_ptr().cast(), size, 9, null_mut(), q) });
+        let fd = wait_fd(p, b);
+        // SAFETY: out lives until the send finishes.
+        let rs = post(|q| unsafe { (p.isend)(a.0, out.as_ptr().cast(), size, 9, null_mut(), q) });
+        assert_eq!(wait_all(p, &[rs]), [(code::SUCCESS, size)]);
+        // The receiver is not called until its descriptor says so.
+        assert!(
+            readable(fd),
+            "round {round}: the wait descriptor never turned readable"
+        );
+        assert_eq!(wait_all(p, &[rr]), [(code::SUCCESS, size)]);
+        assert!(inb == out, "round {round}: data differs");
+    }
+    let mut fd: c_int = -1;
+    // SAFETY: valid out-pointer; the handle is not a comm.
+    assert_eq!(unsafe { (p.wait_fd)(null_mut(), &mut fd) }, code::E_INVALID);
+    // SAFETY: a NULL out-pointer is refused.
+    assert_eq!(
+        unsafe { (p.wait_fd)(b.0, std::ptr::null_mut()) },
+        code::E_INVALID
+    );
+    // SAFETY: comms from pair().
+    unsafe {
+        (p.close_comm)(a.0);
+        (p.close_comm)(b.0);
+    }
+    // SAFETY: valid out-pointer; the comm is closed.
+    assert_eq!(unsafe { (p.wait_fd)(b.0, &mut fd) }, code::E_INVALID);
+}

@@ -60,6 +60,10 @@ pub enum Wake {
     Medium,
     /// A descriptor turns ready for the given poll events.
     Fd(libc::pollfd),
+    /// Either descriptor turns ready: the link's own wait descriptor, which a provider may not
+    /// signal for everything that lets the link progress (so the endpoint sleeps only in short
+    /// slices), and one whose hang-up means the peer is gone.
+    Fds([libc::pollfd; 2]),
     /// Nothing signals: the link is polled ([`Link::ready`]) and the endpoint sleeps only in
     /// short slices.
     Poll,

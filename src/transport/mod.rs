@@ -412,11 +412,16 @@ impl Endpoint {
             // What the active links wake this rank by.
             pollfds.clear();
             let (mut by_doorbell, mut by_medium, mut polled) = (false, false, false);
+            let mut sliced = false;
             for &p in &self.active {
                 match self.links[p as usize].wake() {
                     Wake::Doorbell => by_doorbell = true,
                     Wake::Medium => by_medium = true,
                     Wake::Fd(f) => pollfds.push(f),
+                    Wake::Fds(f) => {
+                        pollfds.extend_from_slice(&f);
+                        sliced = true;
+                    }
                     Wake::Poll => polled = true,
                 }
             }
@@ -452,8 +457,9 @@ impl Endpoint {
                 }
             }
             // The medium's bell and descriptors (or polled links) together: the medium's events
-            // and polled links do not wake the sleep below, so it lasts one short slice.
-            woke = if by_medium || polled {
+            // and polled links do not wake the sleep below, nor may every event of a sliced
+            // link, so it lasts one short slice.
+            woke = if by_medium || polled || sliced {
                 Woke::TimedOut
             } else {
                 Woke::NotYet
@@ -485,6 +491,15 @@ impl Endpoint {
             };
             self.bell
                 .wait(seen, &mut pollfds, timeout_ms.max(1), &mut also);
+            if sliced && !by_medium && !polled {
+                // A descriptor that woke the sleep spares the peer checks their system call,
+                // unless it is a hang-up.
+                let hangup = libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP | libc::POLLNVAL;
+                let events = pollfds.iter().fold(0, |a, f| a | f.revents);
+                if events != 0 && events & hangup == 0 {
+                    woke = Woke::Event;
+                }
+            }
         }
     }
 

@@ -17,6 +17,7 @@
 //! other hosts.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -38,6 +39,7 @@ const UNSET: i32 = -1;
 pub const SUCCESS: c_int = 0;
 /// Result: not an error; make progress and post again.
 pub const AGAIN: c_int = 1;
+const E_NOT_SUPPORTED: c_int = 4;
 const E_NO_DEVICE: c_int = 5;
 /// A device needs every buffer inside a registration.
 pub const FLAG_REG_REQUIRED: u32 = 0x2;
@@ -140,6 +142,21 @@ struct TableV1 {
     close_comm: Option<unsafe extern "C" fn(Ptr) -> c_int>,
 }
 
+type WaitFdFn = unsafe extern "C" fn(Ptr, *mut c_int) -> c_int;
+
+/// The optional `waitFd` entry of a table `size` bytes long: it follows the required entries
+/// (a multiple of 8 bytes) when the table is long enough to hold it.
+///
+/// # Safety
+/// `table` must point to a table of at least `size` bytes, and of at least the required ones.
+unsafe fn wait_fd_entry(table: *const TableV1, size: u32) -> Option<WaitFdFn> {
+    if (size as usize) < std::mem::size_of::<TableV1>() + std::mem::size_of::<Option<WaitFdFn>>() {
+        return None;
+    }
+    // SAFETY: the entry lies inside the table (size checked); it is a nullable function pointer.
+    unsafe { table.add(1).cast::<Option<WaitFdFn>>().read_unaligned() }
+}
+
 /// The entries this library calls, all present.
 #[derive(Clone, Copy)]
 struct Calls {
@@ -157,6 +174,9 @@ struct Calls {
     irecv: unsafe extern "C" fn(Ptr, Ptr, usize, u32, Ptr, *mut Ptr) -> c_int,
     test: unsafe extern "C" fn(Ptr, *mut c_int, *mut usize) -> c_int,
     close_comm: unsafe extern "C" fn(Ptr) -> c_int,
+    /// `waitFd`: optional, and absent from tables built before it (which end after
+    /// `closeComm`).
+    wait_fd: Option<WaitFdFn>,
 }
 
 /// A loaded, initialised plugin and the device this process uses (device 0).
@@ -216,10 +236,12 @@ impl NetPlugin {
         if version != VERSION || (size as usize) < std::mem::size_of::<TableV1>() {
             return Err(fallback(format!(
                 "interface version {version} (size {size}); this library speaks version \
-                 {VERSION} (size {})",
+                 {VERSION} (size {} or more)",
                 std::mem::size_of::<TableV1>()
             )));
         }
+        // SAFETY: the table is at least as long as its required entries (checked above).
+        let wait_fd = unsafe { wait_fd_entry(table, size) };
         // SAFETY: version and size checked: the table has this layout and lives as long as the
         // library stays loaded.
         let t = unsafe { &*table };
@@ -239,6 +261,7 @@ impl NetPlugin {
             irecv: t.irecv.ok_or_else(missing)?,
             test: t.test.ok_or_else(missing)?,
             close_comm: t.close_comm.ok_or_else(missing)?,
+            wait_fd,
         };
         let name = if t.name.is_null() {
             "?".to_string()
@@ -476,6 +499,23 @@ impl NetPlugin {
         }
     }
 
+    /// Prepares to sleep on `comm` (`waitFd`): `Ok(Some(fd))` when the caller may block until
+    /// `fd` turns readable, `Ok(None)` when the comm may progress now; an error when the comm
+    /// has nothing to sleep on (or the plugin no such entry).
+    pub(crate) fn wait_fd(&self, comm: Ptr) -> std::result::Result<Option<RawFd>, c_int> {
+        let Some(f) = self.calls.wait_fd else {
+            return Err(E_NOT_SUPPORTED);
+        };
+        let mut fd: c_int = -1;
+        // SAFETY: the plugin checks the comm; writes an int.
+        match unsafe { f(comm, &mut fd) } {
+            SUCCESS if fd >= 0 => Ok(Some(fd)),
+            SUCCESS => Err(E_NOT_SUPPORTED),
+            AGAIN => Ok(None),
+            e => Err(e),
+        }
+    }
+
     /// Closes a comm, abandoning its requests.
     pub(crate) fn close_comm(&self, comm: Ptr) {
         // SAFETY: the plugin checks the handle.
@@ -621,7 +661,43 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
 
 #[cfg(test)]
 mod tests {
-    use super::sockets_provider;
+    use super::{sockets_provider, wait_fd_entry, TableV1, WaitFdFn};
+    use std::ffi::c_int;
+
+    unsafe extern "C" fn fake_wait_fd(_comm: *mut std::ffi::c_void, fd: *mut c_int) -> c_int {
+        // SAFETY: the test passes a valid out-pointer.
+        unsafe { *fd = 42 };
+        0
+    }
+
+    #[test]
+    fn wait_fd_is_read_only_from_tables_long_enough_to_hold_it() {
+        #[repr(C)]
+        struct Longer {
+            base: TableV1,
+            wait_fd: Option<WaitFdFn>,
+        }
+        // SAFETY: all-None entries and a null name are a valid (empty) table.
+        let mut t: Longer = unsafe { std::mem::zeroed() };
+        t.wait_fd = Some(fake_wait_fd);
+        let full = std::mem::size_of::<Longer>() as u32;
+        let short = std::mem::size_of::<TableV1>() as u32;
+        let p: *const TableV1 = &t.base;
+        // SAFETY: p points to a table of `full` bytes.
+        let f = unsafe { wait_fd_entry(p, full) }.expect("a table with waitFd");
+        let mut fd = -1;
+        // SAFETY: the fake entry only writes the out-pointer.
+        assert_eq!(unsafe { f(std::ptr::null_mut(), &mut fd) }, 0);
+        assert_eq!(fd, 42);
+        // SAFETY: as above; a table built before waitFd ends with the required entries.
+        assert!(unsafe { wait_fd_entry(p, short) }.is_none());
+        // SAFETY: as above.
+        assert!(unsafe { wait_fd_entry(p, full - 1) }.is_none());
+        t.wait_fd = None;
+        let p: *const TableV1 = &t.base;
+        // SAFETY: as above.
+        assert!(unsafe { wait_fd_entry(p, full) }.is_none());
+    }
 
     #[test]
     fn socket_providers_are_told_from_rdma_ones() {

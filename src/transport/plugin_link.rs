@@ -18,8 +18,10 @@
 //! keeps a receive posted on every slot; chunks are consumed in posting order, the first chunk
 //! of a message checked against the receive posted for it (operation tag and size, as on every
 //! link) before a byte is delivered, then copied or reduced into the destination. Completion is
-//! polled ([`Wake::Poll`]): the endpoint checks it under its waiting policy and sleeps only in
-//! short slices.
+//! checked under the endpoint's waiting policy: polled for a short budget, then slept on in the
+//! plugin's wait descriptor (the provider's completion-queue wait object, [`Wake::Fds`]) beside
+//! the liveness connection, in short slices since a provider may not signal every kind of
+//! progress on it; a plugin without one is polled between short sleeps ([`Wake::Poll`]).
 //!
 //! # Failures
 //! A rank that aborts writes a notice (its error code and reason) on the liveness connection,
@@ -30,7 +32,7 @@
 //! and reports the peer's reason (a disagreement between ranks stays `HCCL_E_PARA` naming both
 //! calls), else that the peer is gone.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -159,6 +161,8 @@ pub struct PluginLink {
     stream: TcpStream,
     /// Bytes of the peer's notice read so far from the liveness connection.
     notice: RefCell<Vec<u8>>,
+    /// Whether the plugin offers a descriptor to sleep on for this comm (until it says no).
+    sleeps: Cell<bool>,
 }
 
 const NOTICE_MAGIC: u32 = 0x4e4f_5443;
@@ -477,6 +481,7 @@ impl PluginLink {
             st: RefCell::new(st),
             stream,
             notice: RefCell::new(Vec::new()),
+            sleeps: Cell::new(true),
         })
     }
 
@@ -614,8 +619,39 @@ impl Link for PluginLink {
         st.tx.is_empty() && st.rx.is_empty() && st.tx_busy.is_empty()
     }
 
+    /// The plugin's wait descriptor together with the liveness connection's hang-up, once
+    /// the plugin has progressed the comm and found nothing; polled when the plugin has no
+    /// descriptor or something to report already.
     fn wake(&self) -> Wake {
-        Wake::Poll
+        let Ok(st) = self.st.try_borrow() else {
+            return Wake::Poll;
+        };
+        if !self.sleeps.get() || st.failed.is_some() {
+            return Wake::Poll;
+        }
+        match st.plugin.wait_fd(st.comm) {
+            Ok(Some(fd)) => Wake::Fds([
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.stream.as_raw_fd(),
+                    events: libc::POLLRDHUP,
+                    revents: 0,
+                },
+            ]),
+            Ok(None) => Wake::Poll,
+            Err(code) => {
+                log::debug!(
+                    "net plugin: no wait descriptor for peer rank {} (code {code}); polling it",
+                    st.peer
+                );
+                self.sleeps.set(false);
+                Wake::Poll
+            }
+        }
     }
 
     fn ready(&self) -> bool {

@@ -101,11 +101,12 @@ pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
 const CMA_STEP: usize = 1 << 20;
 /// Chunk fetched from the sender before reducing it: small enough to stay in L2.
 pub const REDUCE_CHUNK: usize = 256 << 10;
-/// Looks at the next slot a direct receive ([`Link::recv_now`]) makes before it leaves the wait
-/// to the endpoint: a few microseconds at most, the time a peer a step behind in the same small
-/// operation takes to publish. None on a crowded host or while the peer was last seen on this
-/// CPU, where the peer cannot publish before this rank yields.
-const RECV_SPINS: u32 = 256;
+/// Looks at the next slot a direct receive ([`Link::recv_now`]) of an inline message makes
+/// before it leaves the wait to the endpoint: one round of the backoff's spins, about the time
+/// a peer a step behind in the same small operation takes to publish. None on a crowded host
+/// or while the peer was last seen on this CPU, where the peer cannot publish before this rank
+/// yields.
+const RECV_SPINS: u32 = 64;
 /// Longest single futex sleep: bounds how late a dead peer is noticed.
 pub const SLEEP_TICK: Duration = Duration::from_millis(50);
 
@@ -1040,16 +1041,25 @@ impl Link for ShmLink {
 
     /// Takes an inline or one-slot message straight from the ring: the tag and size are
     /// compared with what is expected, the data copied out and the slot freed, with no queue
-    /// entry, progress pass or wait. Spins briefly for it only where the waiting policy would
-    /// spin too (not on a crowded host, not while the peer was last seen on this CPU).
+    /// entry, progress pass or wait. Spins briefly for an inline message only where the waiting
+    /// policy would spin too (not on a crowded host, not while the peer was last seen on this
+    /// CPU).
     unsafe fn recv_now(&mut self, ptr: *mut u8, len: usize, tag: &Tag) -> bool {
         if !self.rx.is_empty() || !self.tx.is_empty() || len > self.inp.slot_bytes {
             return false;
         }
-        let spin = !self.own.backoff.crowded() && {
+        // Only a message inline in one line is waited for here: the sender writes a staged
+        // slot's header line, then its data, then the sequence word, and a reader polling that
+        // header meanwhile takes the line away between those writes. One that has arrived
+        // already is taken all the same.
+        let spin = len <= INLINE_MAX && !self.own.backoff.crowded() && {
             // SAFETY: no arguments; glibc reads it from the thread's rseq area.
             let cpu = unsafe { libc::sched_getcpu() };
-            cpu < 0 || self.peer_cpu() != cpu as u32
+            let cpu = if cpu < 0 { NO_CPU } else { cpu as u32 };
+            // Published here too: a rank whose messages keep arriving in time never waits in
+            // the backoff, which otherwise keeps the record its peers' spins depend on.
+            self.own.set_cpu(cpu);
+            cpu == NO_CPU || self.peer_cpu() != cpu
         };
         if !self.next_published(spin) {
             return false;
@@ -1471,11 +1481,13 @@ mod tests {
     #[test]
     fn direct_receive_takes_only_the_expected_whole_message() {
         use crate::transport::tag::{OpKind, OpTag};
-        let tag = |count| OpTag {
-            count,
-            ..OpTag::new(OpKind::AllReduce)
-        }
-        .encode();
+        let tag = |count| {
+            OpTag {
+                count,
+                ..OpTag::new(OpKind::AllReduce)
+            }
+            .encode()
+        };
         // 32 KiB for one peer: 4 KiB slots, so 5000 bytes take two.
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
@@ -1507,7 +1519,10 @@ mod tests {
                 drive(&mut a, &mut b).unwrap();
             }
             assert_eq!(src, dst, "{len}");
-            assert!(b.idle() && b.peek_tag().is_none(), "{len}: the slot is freed");
+            assert!(
+                b.idle() && b.peek_tag().is_none(),
+                "{len}: the slot is freed"
+            );
         }
         // Many more messages than slots: the ring keeps turning through direct receives.
         for i in 0..(4 * NSLOTS as u64) {

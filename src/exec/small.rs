@@ -36,6 +36,7 @@
 use super::identity::{Inbound, Notice, OpTags};
 use crate::algo::Coll;
 use crate::base::error::Result;
+use crate::transport::tag::Tag;
 use crate::transport::{Endpoint, Expectation, LinkInfo, ReduceFn};
 use std::time::Instant;
 
@@ -312,37 +313,40 @@ unsafe fn exchange(
             }
             // The inputs leave before the receives are posted: that is what the peers wait for.
             ep.push()?;
+            let mut posted = false;
             for p in s.peers() {
                 let tag = tags.from(p, b);
                 let dst = if b == 0 { nothing } else { slot(p) };
                 // SAFETY: slot `p` of the scratch holds `b` bytes and nobody else touches it
                 // until `wait_all` returns.
-                unsafe { ep.post_recv(p, dst, b, None, tag) }?;
+                posted |= unsafe { receive(ep, p, dst, b, tag) }?;
             }
             if b > 0 {
                 // SAFETY: the own slot is not posted; `send` may alias `recv`, so it is copied
                 // before `recv` is written.
                 unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
             }
-            ep.wait_all(deadline, Some(&*tags))?;
+            finish(ep, posted, deadline, tags)?;
             if s.kind == Kind::AllReduce {
                 // SAFETY: every slot is filled and `recv` holds `b` bytes.
                 unsafe { combine(s, red, recv as *mut u8, slot)? };
             }
         }
         Kind::Reduce { root } if root == me => {
+            let mut posted = false;
             for p in s.peers() {
                 if !s.is_eager(p) {
                     // SAFETY: a zero-length transfer never touches its address.
                     unsafe { ep.post_send(p, nothing, 0, tags.notice(&notice(p, true))) }?;
+                    posted = true;
                 }
                 let tag = tags.from(p, b);
                 // SAFETY: as for AllReduce.
-                unsafe { ep.post_recv(p, slot(p), b, None, tag) }?;
+                posted |= unsafe { receive(ep, p, slot(p), b, tag) }?;
             }
             // SAFETY: as for AllReduce.
             unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
-            ep.wait_all(deadline, Some(&*tags))?;
+            finish(ep, posted, deadline, tags)?;
             // SAFETY: as for AllReduce.
             unsafe { combine(s, red, recv as *mut u8, slot)? };
         }
@@ -386,9 +390,43 @@ unsafe fn exchange(
             let tag = tags.from(root, b);
             // SAFETY: `recv` holds `b` bytes and nobody else touches it until `wait_all`
             // returns.
-            unsafe { ep.post_recv(root, recv as *mut u8, b, None, tag) }?;
-            ep.wait_all(deadline, Some(&*tags))?;
+            let posted = unsafe { receive(ep, root, recv as *mut u8, b, tag) }?;
+            finish(ep, posted, deadline, tags)?;
         }
+    }
+    Ok(())
+}
+
+/// Receives `len` bytes tagged `tag` from `peer` into `dst`: straight from the link when the
+/// message is there and nothing is queued on it (see [`Endpoint::recv_now`]), else by posting
+/// the receive. Returns whether it posted one ([`finish`] then waits for it); a message that
+/// disagrees is always left to the posted receive, which reports it as on the generic path.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes and stay untouched by anyone else until
+/// [`finish`] returns.
+unsafe fn receive(
+    ep: &mut Endpoint,
+    peer: u32,
+    dst: *mut u8,
+    len: usize,
+    tag: Tag,
+) -> Result<bool> {
+    // SAFETY: forwarded from the caller.
+    if unsafe { ep.recv_now(peer, dst, len, &tag) } {
+        return Ok(false);
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { ep.post_recv(peer, dst, len, None, tag) }?;
+    Ok(true)
+}
+
+/// Completes what the call posted: waits when it posted anything. When every message was taken
+/// straight from its link and every send has left, nothing is pending and the wait (with its
+/// look at the bell that senders ring) is skipped.
+fn finish(ep: &mut Endpoint, posted: bool, deadline: Option<Instant>, tags: &OpTags) -> Result<()> {
+    if posted || ep.pending() {
+        ep.wait_all(deadline, Some(tags as &dyn Expectation))?;
     }
     Ok(())
 }

@@ -181,6 +181,19 @@ pub trait Link: Send {
         shared: &mut Shared,
     ) -> Result<()>;
 
+    /// Takes the peer's next message into `ptr` at once, bypassing the queues, when nothing is
+    /// queued on the link and that message is the one expected — tagged `tag`, `len` bytes,
+    /// whole in the link — and has arrived (or arrives within a short spin, where the link's
+    /// waiting policy allows one). Returns false, having changed nothing, otherwise: the caller
+    /// then posts the receive as usual, and the queued path takes the message or reports the
+    /// disagreement exactly as it always does. Links without such a path always return false.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes.
+    unsafe fn recv_now(&mut self, _ptr: *mut u8, _len: usize, _tag: &Tag) -> bool {
+        false
+    }
+
     /// Moves whatever can move now without blocking; returns whether anything moved.
     fn progress(&mut self, shared: &mut Shared) -> Result<bool>;
 

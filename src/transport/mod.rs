@@ -340,6 +340,26 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether any posted operation is still pending (a link has work queued).
+    pub fn pending(&self) -> bool {
+        !self.active.is_empty()
+    }
+
+    /// Receives a small message from `peer` at once when its link can take it without queueing
+    /// (see [`Link::recv_now`]): nothing is pending on that link, and the message is there
+    /// (or arrives within the link's short spin) with the expected tag and size. Returns false,
+    /// having changed nothing, otherwise; the caller then posts the receive.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes.
+    pub unsafe fn recv_now(&mut self, peer: u32, ptr: *mut u8, len: usize, tag: &Tag) -> bool {
+        if self.broken.is_some() || self.is_active[peer as usize] {
+            return false;
+        }
+        // SAFETY: forwarded.
+        unsafe { self.links[peer as usize].recv_now(ptr, len, tag) }
+    }
+
     /// Completes every posted operation, failing at `deadline` (None: wait forever); `expect`
     /// says what the running operation accepts (see [`Expectation`]).
     pub fn wait_all(

@@ -101,6 +101,12 @@ pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
 const CMA_STEP: usize = 1 << 20;
 /// Chunk fetched from the sender before reducing it: small enough to stay in L2.
 pub const REDUCE_CHUNK: usize = 256 << 10;
+/// Looks at the next slot a direct receive ([`Link::recv_now`]) of an inline message makes
+/// before it leaves the wait to the endpoint: one round of the backoff's spins, about the time
+/// a peer a step behind in the same small operation takes to publish. None on a crowded host
+/// or while the peer was last seen on this CPU, where the peer cannot publish before this rank
+/// yields.
+const RECV_SPINS: u32 = 64;
 /// Longest single futex sleep: bounds how late a dead peer is noticed.
 pub const SLEEP_TICK: Duration = Duration::from_millis(50);
 
@@ -791,23 +797,15 @@ impl ShmLink {
                 }
                 op.got += n;
             }
-            self.inp.consumed().store(self.rd + 1, Ordering::SeqCst);
-            self.rd += 1;
-            // The sender waits for a single-copy slot (its buffer is in use until then) and for
-            // space when it asked; otherwise nobody needs the wake-up.
-            let want = self.inp.want_space();
-            if h.flags & FLAG_CMA != 0
-                || (want.load(Ordering::SeqCst) != 0 && want.swap(0, Ordering::SeqCst) != 0)
-            {
-                self.peer_map.ring();
-            }
-            any = true;
-            if op.got == op.len {
+            let done = op.got == op.len;
+            if done {
                 if op.order.is_some() {
                     shared.turn_done();
                 }
                 self.rx.pop_front();
             }
+            self.consume(h.flags);
+            any = true;
         }
         Ok(any)
     }
@@ -823,6 +821,39 @@ impl ShmLink {
         let h = unsafe { read_hdr(slot) };
         // SAFETY: as above; a first slot carries a tag.
         (h.flags & FLAG_FIRST != 0).then(|| unsafe { read_tag(slot, &h) })
+    }
+
+    /// Frees the slot just read (header flags `flags`) and wakes the sender when it waits for
+    /// that: always for a single-copy slot (its buffer is in use until then), and when it asked
+    /// for space; otherwise nobody needs the wake-up.
+    fn consume(&mut self, flags: u32) {
+        self.inp.consumed().store(self.rd + 1, Ordering::SeqCst);
+        self.rd += 1;
+        let want = self.inp.want_space();
+        if flags & FLAG_CMA != 0
+            || (want.load(Ordering::SeqCst) != 0 && want.swap(0, Ordering::SeqCst) != 0)
+        {
+            self.peer_map.ring();
+        }
+    }
+
+    /// Whether the next slot from the peer is published, looking for a while when `spin`.
+    fn next_published(&self, spin: bool) -> bool {
+        let seq = self.inp.seq(self.rd);
+        let want = self.rd + 1;
+        if seq.load(Ordering::Acquire) == want {
+            return true;
+        }
+        if !spin {
+            return false;
+        }
+        for _ in 0..RECV_SPINS {
+            std::hint::spin_loop();
+            if seq.load(Ordering::Acquire) == want {
+                return true;
+            }
+        }
+        false
     }
 
     /// Fails when the peer has aborted (raised its failure flag): one shared-memory load.
@@ -1006,6 +1037,59 @@ impl Link for ShmLink {
             started: false,
         });
         Ok(())
+    }
+
+    /// Takes an inline or one-slot message straight from the ring: the tag and size are
+    /// compared with what is expected, the data copied out and the slot freed, with no queue
+    /// entry, progress pass or wait. Spins briefly for an inline message only where the waiting
+    /// policy would spin too (not on a crowded host, not while the peer was last seen on this
+    /// CPU).
+    unsafe fn recv_now(&mut self, ptr: *mut u8, len: usize, tag: &Tag) -> bool {
+        if !self.rx.is_empty() || !self.tx.is_empty() || len > self.inp.slot_bytes {
+            return false;
+        }
+        // Only a message inline in one line is waited for here: the sender writes a staged
+        // slot's header line, then its data, then the sequence word, and a reader polling that
+        // header meanwhile takes the line away between those writes. One that has arrived
+        // already is taken all the same.
+        let spin = len <= INLINE_MAX && !self.own.backoff.crowded() && {
+            // SAFETY: no arguments; glibc reads it from the thread's rseq area.
+            let cpu = unsafe { libc::sched_getcpu() };
+            let cpu = if cpu < 0 { NO_CPU } else { cpu as u32 };
+            // Published here too: a rank whose messages keep arriving in time never waits in
+            // the backoff, which otherwise keeps the record its peers' spins depend on.
+            self.own.set_cpu(cpu);
+            cpu == NO_CPU || self.peer_cpu() != cpu
+        };
+        if !self.next_published(spin) {
+            return false;
+        }
+        let slot = self.inp.slot(self.rd);
+        // SAFETY: the slot was published (acquire in `next_published`) and stays ours until
+        // `consume`; only this link reads its channel.
+        let h = unsafe { read_hdr(slot) };
+        let whole = FLAG_FIRST | FLAG_CMA;
+        let inline = h.flags & FLAG_INLINE != 0;
+        if h.flags & whole != FLAG_FIRST
+            || h.total != len as u64
+            || h.len as usize != len
+            || (inline && len > INLINE_MAX)
+        {
+            return false;
+        }
+        // SAFETY: as above; a first slot carries a tag.
+        if unsafe { read_tag(slot, &h) } != *tag {
+            return false;
+        }
+        if len > 0 {
+            let off = if inline { INLINE_OFF } else { SLOT_HDR };
+            // SAFETY: the slot holds `len` bytes at `off` (an inline chunk is at most
+            // INLINE_MAX, a staged one at most `slot_bytes`, and `len` equals the chunk's);
+            // `ptr` is valid for `len` bytes (the caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(slot.add(off), ptr, len) };
+        }
+        self.consume(h.flags);
+        true
     }
 
     /// Single-copy reductions read through `shared.stage`, grown once to [`REDUCE_CHUNK`].
@@ -1392,6 +1476,79 @@ mod tests {
         assert!(e.msg.contains("peer rank 0"), "{}", e.msg);
         assert_eq!(e.kind, ErrorKind::Para, "{e}");
         assert!(e.msg.contains("rank 0 saw a mismatch"), "{}", e.msg);
+    }
+
+    #[test]
+    fn direct_receive_takes_only_the_expected_whole_message() {
+        use crate::transport::tag::{OpKind, OpTag};
+        let tag = |count| {
+            OpTag {
+                count,
+                ..OpTag::new(OpKind::AllReduce)
+            }
+            .encode()
+        };
+        // 32 KiB for one peer: 4 KiB slots, so 5000 bytes take two.
+        let (mut a, mut b) = links(32 << 10, false);
+        let mut shared = Shared::default();
+        for len in [8usize, 24, 4000, 4096, 5000] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: `dst` holds `len` bytes; nothing has been sent yet.
+            assert!(!unsafe { b.recv_now(dst.as_mut_ptr(), len, &tag(len as u64)) });
+            // SAFETY: `src` outlives the transfer (published by the progress below).
+            unsafe { a.post_send(src.as_ptr(), len, tag(len as u64)).unwrap() };
+            a.progress(&mut shared).unwrap();
+            assert!(a.idle(), "a small send retires once published");
+            // Another operation's tag, another size: left for the queued path, nothing taken.
+            for (l, t) in [(len, tag(len as u64 + 1)), (len - 1, tag(len as u64))] {
+                // SAFETY: `dst` holds at least `l` bytes.
+                assert!(!unsafe { b.recv_now(dst.as_mut_ptr(), l, &t) });
+            }
+            assert!(dst.iter().all(|&x| x == 0), "{len}: nothing delivered");
+            // SAFETY: `dst` holds `len` bytes.
+            let direct = unsafe { b.recv_now(dst.as_mut_ptr(), len, &tag(len as u64)) };
+            // A message of more than one slot always takes the queued path.
+            assert_eq!(direct, len <= 4096, "{len}");
+            if !direct {
+                // SAFETY: `dst` outlives the transfer (driven to the end below).
+                unsafe {
+                    b.post_recv(dst.as_mut_ptr(), len, None, tag(len as u64), &mut shared)
+                        .unwrap()
+                };
+                drive(&mut a, &mut b).unwrap();
+            }
+            assert_eq!(src, dst, "{len}");
+            assert!(
+                b.idle() && b.peek_tag().is_none(),
+                "{len}: the slot is freed"
+            );
+        }
+        // Many more messages than slots: the ring keeps turning through direct receives.
+        for i in 0..(4 * NSLOTS as u64) {
+            let src = i.to_le_bytes();
+            let mut dst = [0u8; 8];
+            // SAFETY: as above.
+            unsafe { a.post_send(src.as_ptr(), 8, tag(8)).unwrap() };
+            a.progress(&mut shared).unwrap();
+            // SAFETY: as above.
+            assert!(unsafe { b.recv_now(dst.as_mut_ptr(), 8, &tag(8)) });
+            assert_eq!(src, dst);
+        }
+        // With a receive queued, a direct one must not overtake it.
+        let src = [1u8; 8];
+        let mut first = [0u8; 8];
+        let mut second = [0u8; 8];
+        // SAFETY: the buffers outlive the transfers (driven to the end below).
+        unsafe {
+            b.post_recv(first.as_mut_ptr(), 8, None, tag(8), &mut shared)
+                .unwrap();
+            a.post_send(src.as_ptr(), 8, tag(8)).unwrap();
+            a.progress(&mut shared).unwrap();
+            assert!(!b.recv_now(second.as_mut_ptr(), 8, &tag(8)));
+        }
+        drive(&mut a, &mut b).unwrap();
+        assert_eq!((first, second), (src, [0u8; 8]));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Plain data shared by every layer: data types, errors, configuration from the environment,
-//! logging, JSON, and where ranks live (topology).
+//! logging, JSON, where ranks live (topology), and copies that bypass the cache (stream).
 
 pub mod compress;
 pub mod dtype;
@@ -7,5 +7,6 @@ pub mod env;
 pub mod error;
 pub mod limits;
 pub mod logging;
+pub mod stream;
 pub mod strict_json;
 pub mod topology;

@@ -20,10 +20,10 @@ use parking_lot::Mutex;
 use super::backoff::NO_CPU;
 use super::doorbell::Doorbell;
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
-use super::stream::{copy_streaming, STREAM_MIN};
 use super::tag::Tag;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::stream::{copy_streaming, STREAM_MIN};
 
 /// Largest message sent eagerly (copied at posting): one cache line.
 pub const EAGER_MAX: usize = 64;

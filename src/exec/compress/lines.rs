@@ -10,8 +10,10 @@
 //! Every element is `0 + v₀ + v₁ + …` over the blobs holding it, in blob order, one rounding
 //! per addition: exactly what clearing and then adding blob by blob gives.
 
+use crate::base::stream::{fence, store_line, LINE_BYTES};
+
 /// f32 values per 64-byte cache line.
-const LINE: usize = 16;
+const LINE: usize = LINE_BYTES / 4;
 
 /// One blob's kept (index, value) pairs, read in index order.
 pub struct Sparse<'a> {
@@ -113,33 +115,9 @@ fn plain(blobs: &mut [Sparse], base: usize, dst: &mut [f32]) {
 }
 
 /// Stores `v` into the 64-byte aligned line `dst`, bypassing the caches.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn stream(dst: &mut [f32; LINE], v: &[f32; LINE]) {
-    use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
-    for q in 0..LINE / 4 {
-        // SAFETY: SSE is part of x86_64; `dst` is 64-byte aligned (`write_sum` only passes
-        // whole lines), so every quarter is 16-byte aligned; both are valid for 16 bytes.
-        unsafe {
-            _mm_stream_ps(
-                dst.as_mut_ptr().add(4 * q),
-                _mm_loadu_ps(v.as_ptr().add(4 * q)),
-            )
-        };
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn stream(dst: &mut [f32; LINE], v: &[f32; LINE]) {
-    *dst = *v;
-}
-
-/// Orders the streaming stores before whatever follows (they are weakly ordered).
-fn fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of x86_64.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
+    // SAFETY: both hold one 64-byte line and are distinct; `dst` is 64-byte aligned
+    // (`write_sum` only passes whole lines).
+    unsafe { store_line(dst.as_mut_ptr().cast(), v.as_ptr().cast()) };
 }

@@ -31,19 +31,42 @@ pub unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn copy_streaming_x86(src: *const u8, dst: *mut u8, len: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
     // Plain copy up to the destination's first 16-byte boundary; streaming stores need it.
     let head = dst.align_offset(16).min(len);
     // SAFETY: head ≤ len bytes of both ranges, per the contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
-    let body = (len - head) / 64 * 64;
+    let body = (len - head) / LINE_BYTES * LINE_BYTES;
     let mut i = head;
     while i < head + body {
         // SAFETY: i + 64 ≤ len; dst + i is 16-byte aligned (head aligned it, i - head is a
-        // multiple of 64); SSE2 is part of x86-64; loads may be unaligned.
+        // multiple of 64).
+        unsafe { store_line(dst.add(i), src.add(i)) };
+        i += LINE_BYTES;
+    }
+    // SAFETY: the tail lies within both ranges.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
+    fence();
+}
+
+/// Bytes [`store_line`] writes: one cache line.
+pub const LINE_BYTES: usize = 64;
+
+/// Stores the [`LINE_BYTES`] bytes at `src` to `dst` with streaming stores (x86-64; a plain
+/// copy elsewhere). They are weakly ordered: [`fence`] before publishing them.
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of [`LINE_BYTES`] bytes, `dst` 16-byte
+/// aligned, and the ranges must not overlap.
+#[inline(always)]
+pub unsafe fn store_line(dst: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        // SAFETY: SSE2 is part of x86-64; loads may be unaligned, `dst` is 16-byte aligned and
+        // both hold 64 bytes (the contract).
         unsafe {
-            let s = src.add(i) as *const __m128i;
-            let d = dst.add(i) as *mut __m128i;
+            let s = src as *const __m128i;
+            let d = dst as *mut __m128i;
             let a = _mm_loadu_si128(s);
             let b = _mm_loadu_si128(s.add(1));
             let c = _mm_loadu_si128(s.add(2));
@@ -53,14 +76,23 @@ unsafe fn copy_streaming_x86(src: *const u8, dst: *mut u8, len: usize) {
             _mm_stream_si128(d.add(2), c);
             _mm_stream_si128(d.add(3), e);
         }
-        i += 64;
     }
-    // SAFETY: the tail lies within both ranges; the fence orders the streaming stores before
-    // any later store (they are weakly ordered otherwise).
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded from this function's contract.
     unsafe {
-        std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
-        _mm_sfence();
-    }
+        std::ptr::copy_nonoverlapping(src, dst, LINE_BYTES)
+    };
+}
+
+/// Orders the streaming stores made so far before any later store, so a release store that
+/// follows publishes them like ordinary ones.
+#[inline]
+pub fn fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 #[cfg(test)]

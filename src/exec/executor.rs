@@ -44,6 +44,7 @@ pub fn reduce_fn(dtype: DataType, op: ReduceOp) -> ReduceFn {
         dtype,
         op,
         elem_size: dtype.size(),
+        left: 0,
     }
 }
 
@@ -180,6 +181,76 @@ fn check_step_self_pairs(me: u32, step: &crate::algo::schedule::Step) -> Result<
     Ok(())
 }
 
+/// A copy of a step that its reducing receive makes instead (see [`fused_copy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FusedCopy {
+    /// Index of the `Copy` left out.
+    copy: usize,
+    /// Index of the `RecvReduce` that reads the copy's source as its left operand.
+    recv: usize,
+    /// The source's distance from the receive's destination, bytes ([`ReduceFn::left`]).
+    left: isize,
+}
+
+/// The copy of `step` that its reducing receive can make instead: a `Copy` into exactly the
+/// destination of the step's only `RecvReduce` there, when no other action touches that
+/// destination and none writes the copy's source. The receive then computes
+/// `dst = src op incoming` as it arrives: the same operands in the same order as copying first
+/// and reducing into the copy (so the same bits), with one pass over the destination fewer. A
+/// Reduce between two ranks and the direct ReduceScatter's first step have this shape. With
+/// several receives reducing into one span it does not apply: which arrives first (and so would
+/// need the left operand) is not known in advance.
+fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<FusedCopy> {
+    let acts = &step.actions;
+    if !acts.iter().any(|a| matches!(a, Action::RecvReduce { .. })) {
+        return None;
+    }
+    let range = |sp: Span| {
+        let a = bufs.addr(sp);
+        (a, a + sp.len)
+    };
+    let meets = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
+    for (c, a) in acts.iter().enumerate() {
+        let Action::Copy { src, dst } = *a else {
+            continue;
+        };
+        let (s, d) = (range(src), range(dst));
+        if dst.len == 0 || (meets(s, d) && s != d) {
+            continue;
+        }
+        let mut recv = None;
+        let mut clash = false;
+        for (i, b) in acts.iter().enumerate().filter(|&(i, _)| i != c) {
+            let (reads, writes) = match *b {
+                Action::Send { src, .. } => (Some(range(src)), None),
+                Action::Recv { dst, .. } => (None, Some(range(dst))),
+                Action::RecvReduce { dst: rd, .. } if range(rd) == d && recv.is_none() => {
+                    recv = Some(i);
+                    continue;
+                }
+                Action::RecvReduce { dst, .. } => (Some(range(dst)), Some(range(dst))),
+                Action::Copy { src, dst } | Action::Reduce { dst, src } => {
+                    (Some(range(src)), Some(range(dst)))
+                }
+            };
+            if reads.is_some_and(|r| meets(r, d))
+                || writes.is_some_and(|w| meets(w, d) || meets(w, s))
+            {
+                clash = true;
+                break;
+            }
+        }
+        if let (Some(recv), false) = (recv, clash) {
+            return Some(FusedCopy {
+                copy: c,
+                recv,
+                left: s.0.wrapping_sub(d.0) as isize,
+            });
+        }
+    }
+    None
+}
+
 /// Runs one step: local copies and reductions, then every send and receive, then waits.
 ///
 /// # Safety
@@ -195,8 +266,10 @@ unsafe fn run_step(
 ) -> Result<()> {
     let need_red =
         || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
-    for a in &step.actions {
+    let fused = fused_copy(step, bufs);
+    for (i, a) in step.actions.iter().enumerate() {
         match *a {
+            Action::Copy { .. } if fused.is_some_and(|f| f.copy == i) => {}
             Action::Copy { src, dst } => {
                 let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
                 if !std::ptr::eq(s, d) && src.len > 0 {
@@ -247,10 +320,16 @@ unsafe fn run_step(
             }?;
         }
     }
-    for a in &step.actions {
+    for (i, a) in step.actions.iter().enumerate() {
         let (peer, dst, reduce) = match *a {
             Action::Recv { peer, dst } => (peer, dst, None),
-            Action::RecvReduce { peer, dst } => (peer, dst, Some(need_red()?)),
+            Action::RecvReduce { peer, dst } => {
+                let mut f = need_red()?;
+                if let Some(fc) = fused.filter(|f| f.recv == i) {
+                    f.left = fc.left;
+                }
+                (peer, dst, Some(f))
+            }
             _ => continue,
         };
         let tag = tags.from(peer, dst.len);
@@ -259,4 +338,108 @@ unsafe fn run_step(
         unsafe { ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, reduce, tag) }?;
     }
     ep.wait_all(deadline, Some(&*tags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::schedule::Step;
+
+    fn bufs(send: usize, recv: usize) -> Buffers {
+        Buffers {
+            send,
+            recv,
+            scratch: 1 << 40,
+            ..Buffers::default()
+        }
+    }
+
+    fn sp(buf: Buf, off: usize, len: usize) -> Span {
+        Span::new(buf, off, len)
+    }
+
+    #[test]
+    fn copy_before_the_only_reducing_receive_is_fused() {
+        // The two-rank Reduce root: copy the input, reduce the peer's into the copy.
+        let all = sp(Buf::Send, 0, 4096);
+        let out = sp(Buf::Recv, 0, 4096);
+        let step = Step {
+            actions: vec![
+                Action::Copy { src: all, dst: out },
+                Action::RecvReduce { peer: 1, dst: out },
+            ],
+        };
+        let f = fused_copy(&step, &bufs(0x10000, 0x40000)).unwrap();
+        assert_eq!((f.copy, f.recv), (0, 1));
+        assert_eq!(f.left, 0x10000 - 0x40000);
+        // In place (input and output one buffer): the copy is a no-op, the left operand the
+        // destination itself.
+        assert_eq!(fused_copy(&step, &bufs(0x40000, 0x40000)).unwrap().left, 0);
+        // A destination overlapping the source in part is never fused.
+        assert_eq!(fused_copy(&step, &bufs(0x40000, 0x40800)), None);
+    }
+
+    #[test]
+    fn copy_is_kept_when_anything_else_touches_its_spans() {
+        let mine = sp(Buf::Send, 0, 1024);
+        let out = sp(Buf::Recv, 0, 1024);
+        let b = bufs(0x10000, 0x40000);
+        let with = |extra: Vec<Action>| {
+            let mut actions = vec![
+                Action::Copy {
+                    src: mine,
+                    dst: out,
+                },
+                Action::RecvReduce { peer: 1, dst: out },
+            ];
+            actions.extend(extra);
+            fused_copy(&Step { actions }, &b)
+        };
+        // The direct ReduceScatter between two ranks: the other block goes out meanwhile.
+        let other = sp(Buf::Send, 1024, 1024);
+        assert!(with(vec![Action::Send {
+            peer: 1,
+            src: other
+        }])
+        .is_some());
+        // A send of the source itself is fine: it is only read.
+        assert!(with(vec![Action::Send { peer: 1, src: mine }]).is_some());
+        // Two receives reducing into it: which comes first is unknown.
+        assert!(with(vec![Action::RecvReduce { peer: 2, dst: out }]).is_none());
+        // The destination sent, read by a local reduction, or partly received into.
+        assert!(with(vec![Action::Send { peer: 2, src: out }]).is_none());
+        let scratch = sp(Buf::Scratch, 0, 1024);
+        assert!(with(vec![Action::Reduce {
+            dst: scratch,
+            src: out
+        }])
+        .is_none());
+        assert!(with(vec![Action::Recv {
+            peer: 2,
+            dst: sp(Buf::Recv, 512, 16)
+        }])
+        .is_none());
+        // The source overwritten by a receive or a copy of the same step.
+        assert!(with(vec![Action::Recv {
+            peer: 2,
+            dst: sp(Buf::Send, 1000, 16)
+        }])
+        .is_none());
+        assert!(with(vec![Action::Copy {
+            src: scratch,
+            dst: mine
+        }])
+        .is_none());
+        // No reducing receive: nothing to fuse.
+        let plain = Step {
+            actions: vec![
+                Action::Copy {
+                    src: mine,
+                    dst: out,
+                },
+                Action::Recv { peer: 1, dst: out },
+            ],
+        };
+        assert!(fused_copy(&plain, &b).is_none());
+    }
 }

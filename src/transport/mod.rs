@@ -55,7 +55,8 @@ pub(crate) fn propagated(why: Error, from: &str) -> Error {
     )
 }
 
-/// How the receiver combines incoming data with what its buffer holds: `dst = dst op src`.
+/// How the receiver combines incoming data with what its buffer holds: `dst = dst op src`, or
+/// with another buffer's contents when [`ReduceFn::left`] is set.
 #[derive(Clone, Copy, Debug)]
 pub struct ReduceFn {
     /// The kernel: `(dtype, op, dst, a, b, count)` computing `dst = a op b`.
@@ -66,18 +67,24 @@ pub struct ReduceFn {
     pub op: ReduceOp,
     /// Element size in bytes (partial elements are never reduced).
     pub elem_size: usize,
+    /// Where the left operand lies, in bytes from the destination: 0 combines with what the
+    /// destination holds; otherwise `dst = dst[left..] op src` and the destination's old
+    /// contents are never read, which saves copying the left operand there first.
+    pub left: isize,
 }
 
 impl ReduceFn {
-    /// Applies `dst = dst op src` over `len` bytes.
+    /// Applies `dst = dst op src` over `len` bytes (the left operand at `dst + left`).
     ///
     /// # Safety
     /// `dst` valid for reads and writes, `src` for reads, of `len` bytes; `len` a multiple of the
-    /// element size.
+    /// element size; with `left` set, `dst + left` valid for reads of `len` bytes and apart
+    /// from `dst`.
     pub unsafe fn apply(&self, dst: *mut u8, src: *const u8, len: usize) {
-        // SAFETY: forwarded from this function's contract; the kernel reads `dst` and `src` and
+        let a = (dst as usize).wrapping_add_signed(self.left) as *const u8;
+        // SAFETY: forwarded from this function's contract; the kernel reads `a` and `src` and
         // writes `dst`, whole elements only.
-        unsafe { (self.kernel)(self.dtype, self.op, dst, dst, src, len / self.elem_size) }
+        unsafe { (self.kernel)(self.dtype, self.op, dst, a, src, len / self.elem_size) }
     }
 }
 

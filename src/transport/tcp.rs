@@ -1028,6 +1028,7 @@ mod tests {
                 dtype: crate::base::dtype::DataType::Int32,
                 op: crate::base::dtype::ReduceOp::Sum,
                 elem_size: 4,
+                left: 0,
             };
             // SAFETY: the buffers outlive the transfers, driven to the end below.
             unsafe {

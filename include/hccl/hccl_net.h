@@ -16,7 +16,8 @@
  *     connect completes only while the peer calls accept(), so a caller that both connects and
  *     accepts polls both in one loop. The caller owns every timeout.
  *   - isend/irecv are tagged messages: a receive matches the send of the same comm with the same
- *     tag; messages of one tag match in the order they were sent. A receive buffer shorter
+ *     tag; messages of one tag match in the order they were sent (on a device with
+ *     HCCL_NET_FLAG_IN_ORDER all messages match in order, see there). A receive buffer shorter
  *     than the message fails the receive with HCCL_NET_E_TRUNCATED.
  *   - A failed request (truncation, a lost peer) ends its comm: every later call on that comm
  *     answers HCCL_NET_E_REMOTE (providers differ in what survives such failures); close it.
@@ -105,6 +106,11 @@ typedef struct {
 /* Every buffer given to isend/irecv/iwrite must lie inside a registration (mhandle). When
  * clear, mhandle may be NULL (registering still helps the provider). */
 #define HCCL_NET_FLAG_REG_REQUIRED 0x2u
+/* Receives match messages in the order both were posted, whatever their tags (the device's
+ * channels are plain ordered streams without tag matching): a caller posts its receives in
+ * the order the peer sends. A receive that meets a message of another tag fails with
+ * HCCL_NET_E_INVALID and ends the comm. Callers that use one tag per comm see no difference. */
+#define HCCL_NET_FLAG_IN_ORDER 0x4u
 
 typedef struct {
     char name[HCCL_NET_NAME_BYTES];     /* interface, e.g. "mlx5_0", "eth0" */

@@ -266,19 +266,26 @@ static void exchange(void *comm, int flags, size_t max_msg)
     }
 }
 
-/* Messages of one tag match in order; different tags match by tag, not by order. */
-static void ordering(void *comm)
+/* Messages of one tag match in order; different tags match by tag, not by order (with
+ * HCCL_NET_FLAG_IN_ORDER: all messages match in order). */
+static void ordering(void *comm, int flags)
 {
     uint64_t out[4], in[4] = {0};
     void *rs[4], *rr[4];
     int peer = 1 - rank;
     for (int i = 0; i < 4; i++)
         out[i] = 1000u * (unsigned)rank + (unsigned)i;
-    /* Receives of tag 21 posted before those of tag 20; sends go 20, 20, 21, 21. */
-    POST(P->irecv(comm, &in[2], 8, 21, NULL, &rr[2]));
-    POST(P->irecv(comm, &in[3], 8, 21, NULL, &rr[3]));
-    POST(P->irecv(comm, &in[0], 8, 20, NULL, &rr[0]));
-    POST(P->irecv(comm, &in[1], 8, 20, NULL, &rr[1]));
+    /* Sends go 20, 20, 21, 21; receives of tag 21 are posted before those of tag 20 unless
+     * the device matches in order. */
+    if (flags & HCCL_NET_FLAG_IN_ORDER) {
+        for (int i = 0; i < 4; i++)
+            POST(P->irecv(comm, &in[i], 8, i < 2 ? 20 : 21, NULL, &rr[i]));
+    } else {
+        POST(P->irecv(comm, &in[2], 8, 21, NULL, &rr[2]));
+        POST(P->irecv(comm, &in[3], 8, 21, NULL, &rr[3]));
+        POST(P->irecv(comm, &in[0], 8, 20, NULL, &rr[0]));
+        POST(P->irecv(comm, &in[1], 8, 20, NULL, &rr[1]));
+    }
     for (int i = 0; i < 4; i++)
         POST(P->isend(comm, &out[i], 8, i < 2 ? 20 : 21, NULL, &rs[i]));
     for (int i = 0; i < 4; i++) {
@@ -286,6 +293,20 @@ static void ordering(void *comm)
         CHECK(wait_req(rr[i], NULL) == HCCL_NET_SUCCESS);
         CHECK(in[i] == 1000u * (unsigned)peer + (unsigned)i);
     }
+}
+
+/* HCCL_NET_FLAG_IN_ORDER: a receive that meets a message of another tag fails with INVALID,
+ * and the comm is over. */
+static void tag_mismatch(void *comm)
+{
+    uint64_t out = 5, in = 0;
+    void *rs, *rr, *req = NULL;
+    POST(P->irecv(comm, &in, 8, 50, NULL, &rr));
+    POST(P->isend(comm, &out, 8, 51, NULL, &rs));
+    CHECK(wait_req(rr, NULL) == HCCL_NET_E_INVALID);
+    CHECK(in == 0 || in == 5);
+    (void)wait_req(rs, NULL);
+    CHECK(P->irecv(comm, &in, 8, 51, NULL, &req) == HCCL_NET_E_REMOTE);
 }
 
 /* A receive shorter than the message fails with TRUNCATED, and the comm is over: later calls
@@ -430,7 +451,7 @@ static int run_rank(const char *path, int fd_in, int fd_out)
     void *comm = connect_pair(fd_in, fd_out, &lc);
     bad_arguments_on_comm(comm, lc, (int)props.flags);
     exchange(comm, (int)props.flags, (size_t)props.maxMessageBytes);
-    ordering(comm);
+    ordering(comm, (int)props.flags);
     if (props.flags & HCCL_NET_FLAG_RMA)
         rma(comm, (size_t)props.maxMessageBytes);
     else
@@ -453,6 +474,13 @@ static int run_rank(const char *path, int fd_in, int fd_out)
     CHECK(P->isend(comm, spare, 8, 1, NULL, &pending) == HCCL_NET_E_INVALID);
     MUST(P->closeListen(lc));
     CHECK(P->closeListen(lc) == HCCL_NET_E_INVALID);
+
+    if (props.flags & HCCL_NET_FLAG_IN_ORDER) {
+        comm = connect_pair(fd_in, fd_out, &lc);
+        tag_mismatch(comm);
+        MUST(P->closeComm(comm));
+        MUST(P->closeListen(lc));
+    }
     return failures ? 1 : 0;
 }
 

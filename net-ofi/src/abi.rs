@@ -15,6 +15,8 @@ pub const UNSET: i32 = -1;
 pub const FLAG_RMA: u32 = 0x1;
 /// `HCCL_NET_FLAG_REG_REQUIRED`.
 pub const FLAG_REG_REQUIRED: u32 = 0x2;
+/// `HCCL_NET_FLAG_IN_ORDER`.
+pub const FLAG_IN_ORDER: u32 = 0x4;
 
 /// `hcclNetResult_t` values.
 pub mod code {

@@ -1,8 +1,10 @@
 //! `libhccl_net_ofi.so`: the libfabric net plugin of libhccl (interface `hccl/hccl_net.h`).
 //!
-//! Endpoints are reliable datagram (`FI_EP_RDM`): the one endpoint type that verbs (through
-//! the rxm utility provider), efa and tcp (through rxm) all offer with tagged messages and RMA
-//! writes with immediate data, so one code path serves RoCE/InfiniBand, AWS and plain TCP.
+//! Endpoints are reliable datagram (`FI_EP_RDM`, tagged messages and RMA writes with immediate
+//! data) on verbs (through the rxm utility provider) and efa, and connected (`FI_EP_MSG`, one
+//! connection per comm, plain messages matched in order) on the tcp provider, whose own endpoint
+//! type that is: its `FI_EP_RDM` is rxm layered on it, which costs per message and (before
+//! libfabric 1.18) caps message sizes. `HCCL_NET_OFI_ENDPOINT=msg|rdm` overrides the choice.
 //! libfabric's object and data-path calls are inline functions in its headers; `csrc/shim.c`
 //! expands them (see `build.rs`) and Rust sees only the shim's plain functions.
 //!

@@ -112,6 +112,9 @@ typedef struct {
  * HCCL_NET_E_INVALID and ends the comm. Callers that use one tag per comm see no difference. */
 #define HCCL_NET_FLAG_IN_ORDER 0x4u
 
+/* Largest head of isendHead(). */
+#define HCCL_NET_HEAD_BYTES 64
+
 typedef struct {
     char name[HCCL_NET_NAME_BYTES];     /* interface, e.g. "mlx5_0", "eth0" */
     char provider[HCCL_NET_NAME_BYTES]; /* e.g. "verbs;ofi_rxm", "efa", "tcp;ofi_rxm" */
@@ -200,6 +203,13 @@ typedef struct {
      * already be done, call test() or pollImm() first. HCCL_NET_E_NOT_SUPPORTED: the comm has
      * nothing to sleep on; keep polling it. */
     hcclNetResult_t (*waitFd)(void *comm, int *fd);
+    /* Optional (NULL, or absent from tables that end after waitFd). isend() of one message made
+     * of head (headSize bytes, 1..HCCL_NET_HEAD_BYTES, copied during the call) followed by data
+     * (size bytes, used in place until the request completes), so that a caller framing its
+     * messages need not copy them behind its header. mhandle covers data.
+     * HCCL_NET_E_NOT_SUPPORTED on a device with HCCL_NET_FLAG_REG_REQUIRED. */
+    hcclNetResult_t (*isendHead)(void *comm, const void *head, size_t headSize, const void *data,
+                                 size_t size, uint32_t tag, void *mhandle, void **request);
 } hcclNetPlugin_v1_t;
 
 /* The type of the exported entry point HCCL_NET_PLUGIN_SYMBOL. */

@@ -492,6 +492,41 @@ ssize_t hno_senddata(struct hno_ep *e, const void *buf, size_t len, void *desc, 
     return fi_senddata(e->ep, buf, len, desc, data, 0, context);
 }
 
+/*
+ * One message made of head then data (data may be empty): a plain message carrying tag as
+ * completion data (msg 1), or a tagged message to dest (msg 0). Unregistered buffers: only for
+ * providers without FI_MR_LOCAL.
+ */
+ssize_t hno_send_head(struct hno_ep *e, int msg, const void *head, size_t headlen,
+                      const void *data, size_t len, uint64_t tag, uint64_t dest, void *context)
+{
+    struct iovec iov[2];
+    size_t n = len ? 2 : 1;
+
+    iov[0].iov_base = (void *)head;
+    iov[0].iov_len = headlen;
+    iov[1].iov_base = (void *)data;
+    iov[1].iov_len = len;
+    if (msg) {
+        struct fi_msg m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.iov_count = n;
+        m.context = context;
+        m.data = tag;
+        return fi_sendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+    } else {
+        struct fi_msg_tagged m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.iov_count = n;
+        m.addr = dest;
+        m.tag = tag;
+        m.context = context;
+        return fi_tsendmsg(e->ep, &m, FI_COMPLETION);
+    }
+}
+
 /* A receive for the next plain message. */
 ssize_t hno_recv(struct hno_ep *e, void *buf, size_t len, void *desc, void *context)
 {

@@ -914,6 +914,67 @@ impl Comm {
         Ok(self.request(&mut st, id))
     }
 
+    /// Posts one message of `head` (copied here) followed by `[data, data + size)` (used in
+    /// place), as [`Comm::isend`] would send them joined.
+    pub fn isend_head(
+        self: &Arc<Self>,
+        head: &[u8],
+        data: *const c_void,
+        size: usize,
+        tag: u32,
+        mr: Option<Arc<Mr>>,
+    ) -> NetResult<*mut c_void> {
+        if self.dev.mr_local {
+            return Err(NetError::NotSupported(format!(
+                "provider {} needs registered buffers: no unregistered head",
+                self.dev.provider
+            )));
+        }
+        self.check_buffer(&mr, data as usize, size)?;
+        if (size as u64).saturating_add(head.len() as u64) > self.dev.max_msg {
+            return Err(NetError::Invalid(format!(
+                "head and data of {} bytes exceed the device's maximum message of {} bytes",
+                head.len() + size,
+                self.dev.max_msg
+            )));
+        }
+        let mut buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
+        buf[..head.len()].copy_from_slice(head);
+        let head_len = head.len();
+        let mut st = self.state()?;
+        st.usable()?;
+        let Some(peer) = st.peer.filter(|_| st.ctrl_out.is_none()) else {
+            st.drive();
+            return Err(NetError::Again);
+        };
+        let msg = self.dev.msg;
+        let id = st.eps.post(
+            "fi_sendmsg",
+            Kind::UserSend,
+            head_len + size,
+            mr,
+            Some(buf),
+            |ep, ctx, b| {
+                // SAFETY: b is the op's own copy of the head, alive until the op completes; the
+                // caller vouches for [data, data + size) until the request completes.
+                unsafe {
+                    sys::hno_send_head(
+                        ep,
+                        msg as i32,
+                        b.cast(),
+                        head_len,
+                        data,
+                        size,
+                        tag as u64,
+                        peer,
+                        ctx,
+                    )
+                }
+            },
+        )?;
+        Ok(self.request(&mut st, id))
+    }
+
     /// Posts a tagged receive.
     pub fn irecv(
         self: &Arc<Self>,

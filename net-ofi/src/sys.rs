@@ -118,6 +118,18 @@ extern "C" {
         data: u64,
         context: *mut c_void,
     ) -> isize;
+    #[allow(clippy::too_many_arguments)]
+    pub fn hno_send_head(
+        e: *mut HnoEp,
+        msg: c_int,
+        head: *const c_void,
+        headlen: usize,
+        data: *const c_void,
+        len: usize,
+        tag: u64,
+        dest: u64,
+        context: *mut c_void,
+    ) -> isize;
     pub fn hno_recv(
         e: *mut HnoEp,
         buf: *mut c_void,

@@ -165,6 +165,11 @@ fn header_layout_matches_the_rust_types() {
             "waitFd",
             offset_of!(PluginV1, wait_fd),
         ),
+        (
+            "hcclNetPlugin_v1_t",
+            "isendHead",
+            offset_of!(PluginV1, isend_head),
+        ),
     ];
     let sizes: &[(&str, usize)] = &[
         ("hcclNetConfig_t", size_of::<NetConfig>()),

@@ -14,7 +14,9 @@
 //! moving (at least [`MIN_SLOTS`]). A message is cut into chunks that each carry a 64-byte
 //! header (magic, kind, message length, offset, the operation tag) and up to a slot less 64
 //! bytes; the sender copies a chunk into a free slot and posts it, so every slot can be in
-//! flight while the next is copied. The receiver
+//! flight while the next is copied. Where the plugin has `isendHead` and the device needs no
+//! registration, the sender copies nothing: each chunk leaves as its header followed by the
+//! payload straight from the send buffer, and its slot only counts it in flight. The receiver
 //! keeps a receive posted on every slot; chunks are consumed in posting order, the first chunk
 //! of a message checked against the receive posted for it (operation tag and size, as on every
 //! link) before a byte is delivered, then copied or reduced into the destination. Completion is

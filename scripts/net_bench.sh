@@ -2,7 +2,9 @@
 # Benchmarks the libfabric net plugin (libhccl_net_ofi.so) through its C interface beside
 # libfabric's own fi_pingpong on the same provider, in the same run: two processes on this host
 # (loopback) and two network-namespace hosts (scripts/netns.sh, needs root). 8 B ping-pong
-# latency and 64 MiB ping-pong bandwidth; everything runs under nice.
+# latency and 64 MiB ping-pong bandwidth; everything runs under nice. The plugin runs with its
+# default endpoint type and again with HCCL_NET_OFI_ENDPOINT=rdm; fi_pingpong with connected
+# (-e msg) and reliable-datagram (-e rdm) endpoints.
 #
 # Usage: scripts/net_bench.sh [--provider NAME] [--lat-iters N] [--bw-iters N] [--no-netns]
 # (fi_rma_bw is not in Debian's libfabric-bin; fi_pingpong is the provider's reference.)
@@ -34,22 +36,28 @@ export FI_PROVIDER="$prov"
 run_pair() {
     local label=$1 sp=$2 cp=$3 addr=$4 spid
     echo "== $label (provider $prov) =="
-    rm -f "$work/handle"
-    $sp nice -n 10 "$bench" "$plugin" listen "$work/handle" "$lat" "$bw" >"$work/plugin.out" &
-    spid=$!
-    $cp nice -n 10 "$bench" "$plugin" connect "$work/handle" "$lat" "$bw"
-    wait "$spid"
-    cat "$work/plugin.out"
+    for ept in default rdm; do
+        local env=(env)
+        [ "$ept" = rdm ] && env=(env HCCL_NET_OFI_ENDPOINT=rdm)
+        echo "-- plugin, endpoint type: $ept"
+        rm -f "$work/handle"
+        $sp "${env[@]}" nice -n 10 "$bench" "$plugin" listen "$work/handle" "$lat" "$bw" >"$work/plugin.out" &
+        spid=$!
+        $cp "${env[@]}" nice -n 10 "$bench" "$plugin" connect "$work/handle" "$lat" "$bw"
+        wait "$spid"
+        cat "$work/plugin.out"
+    done
     for size in 8 67108864; do
         local iters=$lat
         [ "$size" -gt 8 ] && iters=$bw
-        for mode in msg tagged; do
-            $sp nice -n 10 fi_pingpong -p "$prov" -e rdm -m "$mode" -I "$iters" -S "$size" >"$work/pp.out" 2>&1 &
+        for em in msg:msg rdm:msg rdm:tagged; do
+            local ep=${em%%:*} mode=${em##*:}
+            $sp nice -n 10 fi_pingpong -p "$prov" -e "$ep" -m "$mode" -I "$iters" -S "$size" >"$work/pp.out" 2>&1 &
             spid=$!
             # The server needs a moment to bind; the client retries until it answers.
             local ok=0
             for _ in $(seq 50); do
-                if $cp nice -n 10 fi_pingpong -p "$prov" -e rdm -m "$mode" -I "$iters" -S "$size" "$addr" >"$work/ppc.out" 2>&1; then
+                if $cp nice -n 10 fi_pingpong -p "$prov" -e "$ep" -m "$mode" -I "$iters" -S "$size" "$addr" >"$work/ppc.out" 2>&1; then
                     ok=1
                     break
                 fi
@@ -57,9 +65,9 @@ run_pair() {
             done
             wait "$spid" || true
             if [ "$ok" = 1 ]; then
-                awk -v m="$mode" 'NR==2 { printf "fi_pingpong %-6s %9s B  %6s round trips  %10s us/xfer  %10s MB/s\n", m, $1, $2, $7, $6 }' "$work/ppc.out"
+                awk -v m="$ep/$mode" 'NR==2 { printf "fi_pingpong %-10s %9s B  %6s round trips  %10s us/xfer  %10s MB/s\n", m, $1, $2, $7, $6 }' "$work/ppc.out"
             else
-                echo "fi_pingpong $mode $size B: failed: $(tail -1 "$work/ppc.out")"
+                echo "fi_pingpong $ep/$mode $size B: failed: $(tail -1 "$work/ppc.out")"
             fi
         done
     done

@@ -16,7 +16,8 @@
  *     connect completes only while the peer calls accept(), so a caller that both connects and
  *     accepts polls both in one loop. The caller owns every timeout.
  *   - isend/irecv are tagged messages: a receive matches the send of the same comm with the same
- *     tag; messages of one tag match in the order they were sent. A receive buffer shorter
+ *     tag; messages of one tag match in the order they were sent (on a device with
+ *     HCCL_NET_FLAG_IN_ORDER all messages match in order, see there). A receive buffer shorter
  *     than the message fails the receive with HCCL_NET_E_TRUNCATED.
  *   - A failed request (truncation, a lost peer) ends its comm: every later call on that comm
  *     answers HCCL_NET_E_REMOTE (providers differ in what survives such failures); close it.
@@ -105,6 +106,14 @@ typedef struct {
 /* Every buffer given to isend/irecv/iwrite must lie inside a registration (mhandle). When
  * clear, mhandle may be NULL (registering still helps the provider). */
 #define HCCL_NET_FLAG_REG_REQUIRED 0x2u
+/* Receives match messages in the order both were posted, whatever their tags (the device's
+ * channels are plain ordered streams without tag matching): a caller posts its receives in
+ * the order the peer sends. A receive that meets a message of another tag fails with
+ * HCCL_NET_E_INVALID and ends the comm. Callers that use one tag per comm see no difference. */
+#define HCCL_NET_FLAG_IN_ORDER 0x4u
+
+/* Largest head of isendHead(). */
+#define HCCL_NET_HEAD_BYTES 64
 
 typedef struct {
     char name[HCCL_NET_NAME_BYTES];     /* interface, e.g. "mlx5_0", "eth0" */
@@ -194,6 +203,13 @@ typedef struct {
      * already be done, call test() or pollImm() first. HCCL_NET_E_NOT_SUPPORTED: the comm has
      * nothing to sleep on; keep polling it. */
     hcclNetResult_t (*waitFd)(void *comm, int *fd);
+    /* Optional (NULL, or absent from tables that end after waitFd). isend() of one message made
+     * of head (headSize bytes, 1..HCCL_NET_HEAD_BYTES, copied during the call) followed by data
+     * (size bytes, used in place until the request completes), so that a caller framing its
+     * messages need not copy them behind its header. mhandle covers data.
+     * HCCL_NET_E_NOT_SUPPORTED on a device with HCCL_NET_FLAG_REG_REQUIRED. */
+    hcclNetResult_t (*isendHead)(void *comm, const void *head, size_t headSize, const void *data,
+                                 size_t size, uint32_t tag, void *mhandle, void **request);
 } hcclNetPlugin_v1_t;
 
 /* The type of the exported entry point HCCL_NET_PLUGIN_SYMBOL. */

@@ -12,6 +12,7 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
@@ -44,7 +45,9 @@ struct hno_domain {
 struct hno_ep {
     struct fid_ep *ep;
     struct fid_cq *cq;
-    struct fid_av *av;
+    struct fid_av *av;             /* reliable-datagram endpoints only */
+    struct fid_eq *eq;             /* connected endpoints and listeners only */
+    struct fid_pep *pep;           /* listeners only (then ep and cq are NULL) */
     struct fid_fabric *fabric;
     int wait_fd; /* the completion queue's wait descriptor, -1 when it has none */
 };
@@ -87,12 +90,12 @@ const char *hno_strerror(int err)
 }
 
 /*
- * Reliable-datagram endpoints with tagged messages (and RMA writes with remote CQ data when
- * want_rma), thread-safe domains, send-after-send ordering, and every memory-registration mode
- * this plugin handles. prov NULL: every provider libfabric offers (FI_PROVIDER filters them).
- * tclass 0: unspecified.
+ * Reliable-datagram endpoints with tagged messages (msg 0), or connected endpoints with plain
+ * messages (msg 1); RMA writes with remote CQ data when want_rma; thread-safe domains,
+ * send-after-send ordering, and every memory-registration mode this plugin handles.
+ * prov NULL: every provider libfabric offers (FI_PROVIDER filters them). tclass 0: unspecified.
  */
-int hno_getinfo(const char *prov, int want_rma, uint32_t tclass, struct fi_info **out)
+int hno_getinfo(const char *prov, int msg, int want_rma, uint32_t tclass, struct fi_info **out)
 {
     struct fi_info *hints = fi_allocinfo();
     int rc;
@@ -100,11 +103,11 @@ int hno_getinfo(const char *prov, int want_rma, uint32_t tclass, struct fi_info 
     *out = NULL;
     if (!hints)
         return -FI_ENOMEM;
-    hints->caps = FI_TAGGED;
+    hints->caps = msg ? FI_MSG : FI_TAGGED;
     if (want_rma)
         hints->caps |= FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
+    hints->ep_attr->type = msg ? FI_EP_MSG : FI_EP_RDM;
     hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     hints->tx_attr->msg_order = FI_ORDER_SAS;
@@ -192,25 +195,23 @@ static void ep_free(struct hno_ep *e)
 {
     if (e->ep)
         fi_close(&e->ep->fid);
+    if (e->pep)
+        fi_close(&e->pep->fid);
     if (e->av)
         fi_close(&e->av->fid);
     if (e->cq)
         fi_close(&e->cq->fid);
+    if (e->eq)
+        fi_close(&e->eq->fid);
     free(e);
 }
 
-/* An endpoint with its own completion queue and address vector, enabled. */
-int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
+/* Opens the completion queue of e: with a wait descriptor when the provider offers one. */
+static int cq_open(struct hno_domain *d, struct hno_ep *e)
 {
     struct fi_cq_attr cq_attr;
-    struct fi_av_attr av_attr;
-    struct hno_ep *e = calloc(1, sizeof(*e));
     int rc;
 
-    *out = NULL;
-    if (!e)
-        return -FI_ENOMEM;
-    e->fabric = d->fabric;
     e->wait_fd = -1;
     /* A descriptor to sleep on when the provider offers one, else a queue that is polled. */
     memset(&cq_attr, 0, sizeof(cq_attr));
@@ -228,6 +229,21 @@ int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
         cq_attr.wait_obj = FI_WAIT_NONE;
         rc = fi_cq_open(d->domain, &cq_attr, &e->cq, NULL);
     }
+    return rc;
+}
+
+/* An endpoint with its own completion queue and address vector, enabled. */
+int hno_ep_open(struct hno_domain *d, struct hno_ep **out)
+{
+    struct fi_av_attr av_attr;
+    struct hno_ep *e = calloc(1, sizeof(*e));
+    int rc;
+
+    *out = NULL;
+    if (!e)
+        return -FI_ENOMEM;
+    e->fabric = d->fabric;
+    rc = cq_open(d, e);
     memset(&av_attr, 0, sizeof(av_attr));
     av_attr.type = d->info->domain_attr->av_type;
     if (rc == 0)
@@ -272,7 +288,7 @@ int hno_ep_trywait(struct hno_ep *e)
 /* The endpoint's address; *len is the buffer size in, the address size out. */
 int hno_ep_name(struct hno_ep *e, void *buf, size_t *len)
 {
-    return fi_getname(&e->ep->fid, buf, len);
+    return fi_getname(e->pep ? &e->pep->fid : &e->ep->fid, buf, len);
 }
 
 int hno_av_insert(struct hno_ep *e, const void *addr, uint64_t *fi_addr)
@@ -285,6 +301,236 @@ int hno_av_insert(struct hno_ep *e, const void *addr, uint64_t *fi_addr)
         return -FI_EADDRNOTAVAIL;
     *fi_addr = a;
     return 0;
+}
+
+/* An event queue for connection events, with the wait object the provider's connection
+ * management needs to progress. */
+static int eq_open(struct hno_domain *d, struct hno_ep *e)
+{
+    struct fi_eq_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    return fi_eq_open(d->fabric, &attr, &e->eq, NULL);
+}
+
+/* A connected endpoint (FI_EP_MSG) on its own completion and event queues, enabled. info:
+ * the domain's entry (connecting side) or a connection request's (accepting side). */
+static int msg_ep_open(struct hno_domain *d, struct fi_info *info, struct hno_ep **out)
+{
+    struct hno_ep *e = calloc(1, sizeof(*e));
+    int rc;
+
+    *out = NULL;
+    if (!e)
+        return -FI_ENOMEM;
+    e->fabric = d->fabric;
+    rc = cq_open(d, e);
+    if (rc == 0)
+        rc = eq_open(d, e);
+    if (rc == 0)
+        rc = fi_endpoint(d->domain, info, &e->ep, NULL);
+    if (rc == 0)
+        rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (rc == 0)
+        rc = fi_ep_bind(e->ep, &e->eq->fid, 0);
+    if (rc == 0)
+        rc = fi_enable(e->ep);
+    if (rc != 0) {
+        ep_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* A listener (passive endpoint) on the domain's interface, listening; hno_ep_name gives its
+ * address. */
+int hno_msg_listen(struct hno_domain *d, struct hno_ep **out)
+{
+    struct hno_ep *e = calloc(1, sizeof(*e));
+    int rc;
+
+    *out = NULL;
+    if (!e)
+        return -FI_ENOMEM;
+    e->fabric = d->fabric;
+    e->wait_fd = -1;
+    rc = eq_open(d, e);
+    if (rc == 0)
+        rc = fi_passive_ep(d->fabric, d->info, &e->pep, NULL);
+    if (rc == 0)
+        rc = fi_pep_bind(e->pep, &e->eq->fid, 0);
+    if (rc == 0)
+        rc = fi_listen(e->pep);
+    if (rc != 0) {
+        ep_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* Opens a connected endpoint and starts connecting it to the listener at addr, sending
+ * param (the listener sees it with the request). */
+int hno_msg_connect(struct hno_domain *d, const void *addr, const void *param, size_t paramlen,
+                    struct hno_ep **out)
+{
+    int rc = msg_ep_open(d, d->info, out);
+    if (rc != 0)
+        return rc;
+    rc = fi_connect((*out)->ep, addr, param, paramlen);
+    if (rc != 0) {
+        ep_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* Room for an event with its connection data. */
+union hno_cm_buf {
+    struct fi_eq_cm_entry entry;
+    uint64_t space[64];
+};
+
+/* The error of an event queue's failed event, as a negative code. */
+static int eq_error(struct fid_eq *eq)
+{
+    struct fi_eq_err_entry err;
+    ssize_t n;
+
+    memset(&err, 0, sizeof(err));
+    n = fi_eq_readerr(eq, &err, 0);
+    if (n == -FI_EAGAIN)
+        return 0;
+    if (n < 0)
+        return (int)n;
+    return -(err.err ? err.err : FI_EOTHER);
+}
+
+/*
+ * Reads the listener's next event: 1 when it is a connection request (its fi_info in *info, to
+ * be passed to hno_msg_accept or hno_msg_reject; its data in param, *paramlen bytes, buffer
+ * size in), 0 when there is none (or it was of no interest), a negative code for an incoming
+ * connection that failed.
+ */
+int hno_msg_connreq(struct hno_ep *l, struct fi_info **info, void *param, size_t *paramlen)
+{
+    union hno_cm_buf buf;
+    uint32_t event = 0;
+    ssize_t n;
+    size_t got;
+
+    *info = NULL;
+    n = fi_eq_read(l->eq, &event, &buf, sizeof(buf), 0);
+    if (n == -FI_EAGAIN)
+        return 0;
+    if (n == -FI_EAVAIL)
+        return eq_error(l->eq);
+    if (n < 0)
+        return (int)n;
+    if (event != FI_CONNREQ) {
+        if (buf.entry.info)
+            fi_freeinfo(buf.entry.info);
+        return 0;
+    }
+    got = (size_t)n > sizeof(buf.entry) ? (size_t)n - sizeof(buf.entry) : 0;
+    if (got > *paramlen)
+        got = *paramlen;
+    memcpy(param, buf.entry.data, got);
+    *paramlen = got;
+    *info = buf.entry.info;
+    return 1;
+}
+
+/* Accepts a connection request on a new connected endpoint; frees info. */
+int hno_msg_accept(struct hno_domain *d, struct fi_info *info, struct hno_ep **out)
+{
+    int rc = msg_ep_open(d, info, out);
+    if (rc == 0) {
+        rc = fi_accept((*out)->ep, NULL, 0);
+        if (rc != 0) {
+            ep_free(*out);
+            *out = NULL;
+        }
+    }
+    fi_freeinfo(info);
+    return rc;
+}
+
+/* Refuses a connection request; frees info. */
+void hno_msg_reject(struct hno_ep *l, struct fi_info *info)
+{
+    fi_reject(l->pep, info->handle, NULL, 0);
+    fi_freeinfo(info);
+}
+
+/* A connected endpoint's next connection event: 1 connected, 2 shut down, 0 nothing new,
+ * a negative code when the connection failed (refused, unreachable, reset). */
+int hno_msg_event(struct hno_ep *e)
+{
+    union hno_cm_buf buf;
+    uint32_t event = 0;
+    ssize_t n = fi_eq_read(e->eq, &event, &buf, sizeof(buf), 0);
+
+    if (n == -FI_EAGAIN)
+        return 0;
+    if (n == -FI_EAVAIL)
+        return eq_error(e->eq);
+    if (n < 0)
+        return (int)n;
+    if (event == FI_CONNECTED)
+        return 1;
+    if (event == FI_SHUTDOWN)
+        return 2;
+    return 0;
+}
+
+/* A plain message carrying data (the plugin's tag) in its completion at the receiver. */
+ssize_t hno_senddata(struct hno_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
+                     void *context)
+{
+    return fi_senddata(e->ep, buf, len, desc, data, 0, context);
+}
+
+/*
+ * One message made of head then data (data may be empty): a plain message carrying tag as
+ * completion data (msg 1), or a tagged message to dest (msg 0). Unregistered buffers: only for
+ * providers without FI_MR_LOCAL.
+ */
+ssize_t hno_send_head(struct hno_ep *e, int msg, const void *head, size_t headlen,
+                      const void *data, size_t len, uint64_t tag, uint64_t dest, void *context)
+{
+    struct iovec iov[2];
+    size_t n = len ? 2 : 1;
+
+    iov[0].iov_base = (void *)head;
+    iov[0].iov_len = headlen;
+    iov[1].iov_base = (void *)data;
+    iov[1].iov_len = len;
+    if (msg) {
+        struct fi_msg m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.iov_count = n;
+        m.context = context;
+        m.data = tag;
+        return fi_sendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION);
+    } else {
+        struct fi_msg_tagged m;
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = iov;
+        m.iov_count = n;
+        m.addr = dest;
+        m.tag = tag;
+        m.context = context;
+        return fi_tsendmsg(e->ep, &m, FI_COMPLETION);
+    }
+}
+
+/* A receive for the next plain message. */
+ssize_t hno_recv(struct hno_ep *e, void *buf, size_t len, void *desc, void *context)
+{
+    return fi_recv(e->ep, buf, len, desc, 0, context);
 }
 
 ssize_t hno_tsend(struct hno_ep *e, const void *buf, size_t len, void *desc, uint64_t dest,

@@ -266,19 +266,26 @@ static void exchange(void *comm, int flags, size_t max_msg)
     }
 }
 
-/* Messages of one tag match in order; different tags match by tag, not by order. */
-static void ordering(void *comm)
+/* Messages of one tag match in order; different tags match by tag, not by order (with
+ * HCCL_NET_FLAG_IN_ORDER: all messages match in order). */
+static void ordering(void *comm, int flags)
 {
     uint64_t out[4], in[4] = {0};
     void *rs[4], *rr[4];
     int peer = 1 - rank;
     for (int i = 0; i < 4; i++)
         out[i] = 1000u * (unsigned)rank + (unsigned)i;
-    /* Receives of tag 21 posted before those of tag 20; sends go 20, 20, 21, 21. */
-    POST(P->irecv(comm, &in[2], 8, 21, NULL, &rr[2]));
-    POST(P->irecv(comm, &in[3], 8, 21, NULL, &rr[3]));
-    POST(P->irecv(comm, &in[0], 8, 20, NULL, &rr[0]));
-    POST(P->irecv(comm, &in[1], 8, 20, NULL, &rr[1]));
+    /* Sends go 20, 20, 21, 21; receives of tag 21 are posted before those of tag 20 unless
+     * the device matches in order. */
+    if (flags & HCCL_NET_FLAG_IN_ORDER) {
+        for (int i = 0; i < 4; i++)
+            POST(P->irecv(comm, &in[i], 8, i < 2 ? 20 : 21, NULL, &rr[i]));
+    } else {
+        POST(P->irecv(comm, &in[2], 8, 21, NULL, &rr[2]));
+        POST(P->irecv(comm, &in[3], 8, 21, NULL, &rr[3]));
+        POST(P->irecv(comm, &in[0], 8, 20, NULL, &rr[0]));
+        POST(P->irecv(comm, &in[1], 8, 20, NULL, &rr[1]));
+    }
     for (int i = 0; i < 4; i++)
         POST(P->isend(comm, &out[i], 8, i < 2 ? 20 : 21, NULL, &rs[i]));
     for (int i = 0; i < 4; i++) {
@@ -286,6 +293,60 @@ static void ordering(void *comm)
         CHECK(wait_req(rr[i], NULL) == HCCL_NET_SUCCESS);
         CHECK(in[i] == 1000u * (unsigned)peer + (unsigned)i);
     }
+}
+
+/* isendHead: one message of a head and the data behind it, received as if joined; the head is
+ * the caller's again once the call returns. Refused with bad heads, and where registration is
+ * required. */
+static void send_head(void *comm, int flags, size_t max_msg)
+{
+    unsigned char head[HCCL_NET_HEAD_BYTES], *data = malloc(300000), *in = malloc(300064);
+    void *rs, *rr, *req = NULL;
+    size_t got = 0;
+    int peer = 1 - rank;
+    CHECK(P->structSize >= offsetof(hcclNetPlugin_v1_t, isendHead) + sizeof(P->isendHead));
+    CHECK(P->isendHead != NULL);
+    if (flags & HCCL_NET_FLAG_REG_REQUIRED) {
+        CHECK(P->isendHead(comm, head, 8, data, 8, 60, NULL, &req) == HCCL_NET_E_NOT_SUPPORTED);
+        free(data);
+        free(in);
+        return;
+    }
+    CHECK(P->isendHead(comm, NULL, 8, data, 8, 60, NULL, &req) == HCCL_NET_E_INVALID);
+    CHECK(P->isendHead(comm, head, 0, data, 8, 60, NULL, &req) == HCCL_NET_E_INVALID);
+    CHECK(P->isendHead(comm, head, HCCL_NET_HEAD_BYTES + 1, data, 8, 60, NULL, &req) ==
+          HCCL_NET_E_INVALID);
+    CHECK(P->isendHead(NULL, head, 8, data, 8, 60, NULL, &req) == HCCL_NET_E_INVALID);
+    for (size_t size = 0; size <= 300000 && size + HCCL_NET_HEAD_BYTES <= max_msg;
+         size = size ? size * 10 : 3) {
+        fill(head, sizeof(head), rank, 11);
+        fill(data, size, rank, 12);
+        memset(in, 0, 300064);
+        POST(P->irecv(comm, in, sizeof(head) + size, 60, NULL, &rr));
+        POST(P->isendHead(comm, head, sizeof(head), data, size, 60, NULL, &rs));
+        memset(head, 0, sizeof(head)); /* copied during the call */
+        CHECK(wait_req(rs, NULL) == HCCL_NET_SUCCESS);
+        CHECK(wait_req(rr, &got) == HCCL_NET_SUCCESS);
+        CHECK(got == sizeof(head) + size);
+        CHECK(check_bytes(in, sizeof(head), peer, 11));
+        CHECK(check_bytes(in + sizeof(head), size, peer, 12));
+    }
+    free(data);
+    free(in);
+}
+
+/* HCCL_NET_FLAG_IN_ORDER: a receive that meets a message of another tag fails with INVALID,
+ * and the comm is over. */
+static void tag_mismatch(void *comm)
+{
+    uint64_t out = 5, in = 0;
+    void *rs, *rr, *req = NULL;
+    POST(P->irecv(comm, &in, 8, 50, NULL, &rr));
+    POST(P->isend(comm, &out, 8, 51, NULL, &rs));
+    CHECK(wait_req(rr, NULL) == HCCL_NET_E_INVALID);
+    CHECK(in == 0 || in == 5);
+    (void)wait_req(rs, NULL);
+    CHECK(P->irecv(comm, &in, 8, 51, NULL, &req) == HCCL_NET_E_REMOTE);
 }
 
 /* A receive shorter than the message fails with TRUNCATED, and the comm is over: later calls
@@ -430,7 +491,8 @@ static int run_rank(const char *path, int fd_in, int fd_out)
     void *comm = connect_pair(fd_in, fd_out, &lc);
     bad_arguments_on_comm(comm, lc, (int)props.flags);
     exchange(comm, (int)props.flags, (size_t)props.maxMessageBytes);
-    ordering(comm);
+    ordering(comm, (int)props.flags);
+    send_head(comm, (int)props.flags, (size_t)props.maxMessageBytes);
     if (props.flags & HCCL_NET_FLAG_RMA)
         rma(comm, (size_t)props.maxMessageBytes);
     else
@@ -453,6 +515,13 @@ static int run_rank(const char *path, int fd_in, int fd_out)
     CHECK(P->isend(comm, spare, 8, 1, NULL, &pending) == HCCL_NET_E_INVALID);
     MUST(P->closeListen(lc));
     CHECK(P->closeListen(lc) == HCCL_NET_E_INVALID);
+
+    if (props.flags & HCCL_NET_FLAG_IN_ORDER) {
+        comm = connect_pair(fd_in, fd_out, &lc);
+        tag_mismatch(comm);
+        MUST(P->closeComm(comm));
+        MUST(P->closeListen(lc));
+    }
     return failures ? 1 : 0;
 }
 

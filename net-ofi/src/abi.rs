@@ -15,6 +15,10 @@ pub const UNSET: i32 = -1;
 pub const FLAG_RMA: u32 = 0x1;
 /// `HCCL_NET_FLAG_REG_REQUIRED`.
 pub const FLAG_REG_REQUIRED: u32 = 0x2;
+/// `HCCL_NET_HEAD_BYTES`.
+pub const HEAD_BYTES: usize = 64;
+/// `HCCL_NET_FLAG_IN_ORDER`.
+pub const FLAG_IN_ORDER: u32 = 0x4;
 
 /// `hcclNetResult_t` values.
 pub mod code {
@@ -118,6 +122,9 @@ pub struct PluginV1 {
     pub test: unsafe extern "C" fn(H, *mut c_int, *mut usize) -> Res,
     pub close_comm: unsafe extern "C" fn(H) -> Res,
     pub wait_fd: unsafe extern "C" fn(H, *mut c_int) -> Res,
+    #[allow(clippy::type_complexity)]
+    pub isend_head:
+        unsafe extern "C" fn(H, *const c_void, usize, *const c_void, usize, u32, H, *mut H) -> Res,
 }
 
 // SAFETY: the table is immutable; `name` points to a static string.

@@ -1,10 +1,18 @@
 //! Listening, connecting and the data path.
 //!
-//! Every comm and every listener owns one reliable-datagram endpoint with its own completion
-//! queue and address vector, so every completion on that queue belongs to it: immediate data of
-//! RMA writes needs no routing and closing a comm cannot leave stray completions to others.
+//! Every comm owns one endpoint with its own completion queue, so every completion on that
+//! queue belongs to it: immediate data of RMA writes needs no routing and closing a comm cannot
+//! leave stray completions to others.
 //!
-//! Handshake (tagged messages with the top tag bit set, which user tags never have):
+//! On a device with connected endpoints (`FI_EP_MSG`, [`Device::msg`]) the listener is a
+//! passive endpoint; the connector sends {magic, nonce} as the connection request's data and
+//! the listener accepts only requests carrying its nonce. Each comm is one connection; the
+//! plugin's tag travels as the message's completion data and is checked against the receive's
+//! (messages match receives in order, `HCCL_NET_FLAG_IN_ORDER`).
+//!
+//! On a device with reliable-datagram endpoints (`FI_EP_RDM`) every comm and listener also owns
+//! an address vector, and the handshake is made of tagged messages with the top tag bit set,
+//! which user tags never have:
 //! the connector opens an endpoint, sends HELLO {nonce, its address} to the listener's
 //! address from the handle and posts a receive for ACK; the listener's accept opens a new
 //! endpoint for the comm and answers ACK {nonce, that endpoint's address}. The nonce, random
@@ -128,6 +136,36 @@ fn open_ep(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
     Ok((ep, addr))
 }
 
+/// A listening passive endpoint (connected-endpoint devices) and its address.
+fn open_msg_listener(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
+    let mut raw: *mut HnoEp = std::ptr::null_mut();
+    // SAFETY: live domain; raw receives an owned listener.
+    let rc = unsafe { sys::hno_msg_listen(dev.domain(), &mut raw) };
+    if rc != 0 {
+        return Err(NetError::fabric("fi_listen", rc as i64));
+    }
+    let ep = Ep(raw);
+    let mut addr = vec![0u8; MAX_ADDR];
+    let mut len = MAX_ADDR;
+    // SAFETY: addr has len writable bytes.
+    let rc = unsafe { sys::hno_ep_name(ep.0, addr.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return Err(NetError::fabric("fi_getname", rc as i64));
+    }
+    addr.truncate(len);
+    Ok((ep, addr))
+}
+
+/// Bytes of a connection request's data: magic u32, nonce u64 (little endian).
+const CONNREQ_BYTES: usize = 12;
+
+fn connreq_data(nonce: u64) -> [u8; CONNREQ_BYTES] {
+    let mut b = [0u8; CONNREQ_BYTES];
+    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    b[4..12].copy_from_slice(&nonce.to_le_bytes());
+    b
+}
+
 fn av_insert(ep: &Ep, addr: &[u8]) -> NetResult<u64> {
     let mut fi_addr = 0u64;
     // SAFETY: addr holds an endpoint address of the provider's format (the provider checks it).
@@ -169,6 +207,9 @@ struct Op {
     kind: Kind,
     state: OpState,
     size: usize,
+    /// The tag a receive on a connected endpoint expects (its message carries the tag as
+    /// completion data).
+    tag: Option<u32>,
     /// The request handle of a user operation (removed when the comm closes).
     handle: usize,
     _mr: Option<Arc<Mr>>,
@@ -254,6 +295,7 @@ impl EpState {
                 kind,
                 state: OpState::Pending,
                 size,
+                tag: None,
                 handle: 0,
                 _mr: mr,
                 buf,
@@ -336,7 +378,15 @@ impl EpState {
             return;
         };
         debug_assert_eq!(op.ctx.id, id);
-        op.state = if c.err == 0 {
+        let carried = (c.flags & remote_cq_data != 0).then_some(c.data as u32);
+        op.state = if c.err == 0 && op.tag.is_some() && carried != op.tag {
+            OpState::Failed(NetError::Invalid(format!(
+                "{what}: a receive for tag {} met a message of {} (messages match receives in \
+                 order on this device)",
+                op.tag.unwrap_or_default(),
+                carried.map_or_else(|| "no tag".to_string(), |t| format!("tag {t}"))
+            )))
+        } else if c.err == 0 {
             // A receive reports the message's length; a send or write its own size.
             OpState::Done(if op.kind == Kind::UserRecv {
                 (c.len as usize).min(op.size)
@@ -403,7 +453,11 @@ struct ListenState {
 impl ListenComm {
     /// Opens a listening endpoint on `dev` and fills `handle`.
     pub fn open(dev: &Arc<Device>) -> NetResult<(ListenComm, NetHandle)> {
-        let (ep, addr) = open_ep(dev)?;
+        let (ep, addr) = if dev.msg {
+            open_msg_listener(dev)?
+        } else {
+            open_ep(dev)?
+        };
         let nonce = nonce();
         let handle = NetHandle {
             bytes: Ctrl { nonce, addr }.encode(),
@@ -429,6 +483,10 @@ impl ListenComm {
         }
         if let Some(c) = Self::ready_one(&mut st.accepting) {
             return Ok(Some(c));
+        }
+        if self.dev.msg {
+            self.take_connreqs(st)?;
+            return Ok(Self::ready_one(&mut st.accepting));
         }
         if st.hello.is_none() {
             let buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
@@ -481,6 +539,58 @@ impl ListenComm {
         }
     }
 
+    /// Accepts the connection requests that carry this listener's nonce (connected-endpoint
+    /// devices), refuses the others.
+    fn take_connreqs(&self, st: &mut ListenState) -> NetResult<()> {
+        let ep = st.eps.ep()?;
+        loop {
+            let mut info: *mut sys::FiInfo = std::ptr::null_mut();
+            let mut data = [0u8; 64];
+            let mut len = data.len();
+            // SAFETY: a live listener; info, data and len are writable locals.
+            let rc =
+                unsafe { sys::hno_msg_connreq(ep, &mut info, data.as_mut_ptr().cast(), &mut len) };
+            if rc == 0 {
+                return Ok(());
+            }
+            if rc < 0 {
+                log::warn(&format!(
+                    "listener: an incoming connection failed: {}",
+                    NetError::fabric("fi_eq_read", rc as i64)
+                ));
+                continue;
+            }
+            if len != CONNREQ_BYTES || data[..CONNREQ_BYTES] != connreq_data(st.nonce) {
+                log::warn("listener: refused a connection request without this listener's nonce");
+                // SAFETY: info came with the request and is consumed here.
+                unsafe { sys::hno_msg_reject(ep, info) };
+                continue;
+            }
+            let mut raw: *mut HnoEp = std::ptr::null_mut();
+            // SAFETY: live domain; info came with the request and is consumed here.
+            let rc = unsafe { sys::hno_msg_accept(self.dev.domain(), info, &mut raw) };
+            if rc != 0 {
+                log::warn(&format!(
+                    "listener: {}",
+                    NetError::fabric("fi_accept", rc as i64)
+                ));
+                continue;
+            }
+            let st_comm = CommState {
+                eps: EpState::new(Ep(raw), format!("comm on device {}", self.dev.index)),
+                peer: None,
+                phase: Phase::Joining,
+                nonce: st.nonce,
+                ctrl_out: None,
+                waiting: false,
+            };
+            st.accepting.push(Comm {
+                dev: self.dev.clone(),
+                st: Mutex::new(st_comm),
+            });
+        }
+    }
+
     /// Drives the accepted comms; takes out the first whose ACK has left (failed ones are
     /// dropped: their connector sees its connect fail or time out).
     fn ready_one(accepting: &mut Vec<Comm>) -> Option<Comm> {
@@ -515,6 +625,8 @@ impl ListenComm {
 enum Phase {
     /// Waiting for the listener's ACK (the receive's operation id).
     Connecting(u64),
+    /// A connected endpoint waiting for its connection to be established.
+    Joining,
     Ready,
 }
 
@@ -601,6 +713,35 @@ impl Comm {
     /// Starts connecting to the listener described by `handle`.
     pub fn connect(dev: &Arc<Device>, handle: &NetHandle) -> NetResult<Comm> {
         let target = Ctrl::decode(&handle.bytes)?;
+        if dev.msg {
+            let data = connreq_data(target.nonce);
+            let mut raw: *mut HnoEp = std::ptr::null_mut();
+            // SAFETY: live domain; the address and data are readable for their lengths (the
+            // provider checks the address's format); raw receives an owned endpoint.
+            let rc = unsafe {
+                sys::hno_msg_connect(
+                    dev.domain(),
+                    target.addr.as_ptr().cast(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    &mut raw,
+                )
+            };
+            if rc != 0 {
+                return Err(NetError::fabric("fi_connect", rc as i64));
+            }
+            return Ok(Comm {
+                dev: dev.clone(),
+                st: Mutex::new(CommState {
+                    eps: EpState::new(Ep(raw), format!("comm on device {}", dev.index)),
+                    peer: None,
+                    phase: Phase::Joining,
+                    nonce: target.nonce,
+                    ctrl_out: None,
+                    waiting: false,
+                }),
+            });
+        }
         let (ep, addr) = open_ep(dev)?;
         let listener = av_insert(&ep, &target.addr)?;
         let mut st = CommState {
@@ -693,7 +834,9 @@ impl Comm {
         let mut st = self.state()?;
         st.drive();
         st.usable()?;
-        Ok(st.ctrl_out.is_none() && !st.eps.ops.values().any(|o| o.kind == Kind::CtrlSend))
+        Ok(matches!(st.phase, Phase::Ready)
+            && st.ctrl_out.is_none()
+            && !st.eps.ops.values().any(|o| o.kind == Kind::CtrlSend))
     }
 
     /// Whether the handshake has finished.
@@ -754,12 +897,81 @@ impl Comm {
             return Err(NetError::Again);
         };
         let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
+        let msg = self.dev.msg;
+        let call = if msg { "fi_senddata" } else { "fi_tsend" };
         let id = st
             .eps
-            .post("fi_tsend", Kind::UserSend, size, mr, None, |ep, ctx, _| {
+            .post(call, Kind::UserSend, size, mr, None, |ep, ctx, _| {
                 // SAFETY: the caller vouches for [data, data + size) until the request completes.
-                unsafe { sys::hno_tsend(ep, data, size, desc, peer, tag as u64, ctx) }
+                unsafe {
+                    if msg {
+                        sys::hno_senddata(ep, data, size, desc, tag as u64, ctx)
+                    } else {
+                        sys::hno_tsend(ep, data, size, desc, peer, tag as u64, ctx)
+                    }
+                }
             })?;
+        Ok(self.request(&mut st, id))
+    }
+
+    /// Posts one message of `head` (copied here) followed by `[data, data + size)` (used in
+    /// place), as [`Comm::isend`] would send them joined.
+    pub fn isend_head(
+        self: &Arc<Self>,
+        head: &[u8],
+        data: *const c_void,
+        size: usize,
+        tag: u32,
+        mr: Option<Arc<Mr>>,
+    ) -> NetResult<*mut c_void> {
+        if self.dev.mr_local {
+            return Err(NetError::NotSupported(format!(
+                "provider {} needs registered buffers: no unregistered head",
+                self.dev.provider
+            )));
+        }
+        self.check_buffer(&mr, data as usize, size)?;
+        if (size as u64).saturating_add(head.len() as u64) > self.dev.max_msg {
+            return Err(NetError::Invalid(format!(
+                "head and data of {} bytes exceed the device's maximum message of {} bytes",
+                head.len() + size,
+                self.dev.max_msg
+            )));
+        }
+        let mut buf: CtrlBuf = Box::new([0; HANDLE_BYTES]);
+        buf[..head.len()].copy_from_slice(head);
+        let head_len = head.len();
+        let mut st = self.state()?;
+        st.usable()?;
+        let Some(peer) = st.peer.filter(|_| st.ctrl_out.is_none()) else {
+            st.drive();
+            return Err(NetError::Again);
+        };
+        let msg = self.dev.msg;
+        let id = st.eps.post(
+            "fi_sendmsg",
+            Kind::UserSend,
+            head_len + size,
+            mr,
+            Some(buf),
+            |ep, ctx, b| {
+                // SAFETY: b is the op's own copy of the head, alive until the op completes; the
+                // caller vouches for [data, data + size) until the request completes.
+                unsafe {
+                    sys::hno_send_head(
+                        ep,
+                        msg as i32,
+                        b.cast(),
+                        head_len,
+                        data,
+                        size,
+                        tag as u64,
+                        peer,
+                        ctx,
+                    )
+                }
+            },
+        )?;
         Ok(self.request(&mut st, id))
     }
 
@@ -774,13 +986,30 @@ impl Comm {
         self.check_buffer(&mr, data as usize, size)?;
         let mut st = self.state()?;
         st.usable()?;
+        if !matches!(st.phase, Phase::Ready) {
+            st.drive();
+            return Err(NetError::Again);
+        }
         let desc = mr.as_ref().map_or(std::ptr::null_mut(), |m| m.desc());
+        let msg = self.dev.msg;
+        let call = if msg { "fi_recv" } else { "fi_trecv" };
         let id = st
             .eps
-            .post("fi_trecv", Kind::UserRecv, size, mr, None, |ep, ctx, _| {
+            .post(call, Kind::UserRecv, size, mr, None, |ep, ctx, _| {
                 // SAFETY: the caller vouches for [data, data + size) until the request completes.
-                unsafe { sys::hno_trecv(ep, data, size, desc, tag as u64, ctx) }
+                unsafe {
+                    if msg {
+                        sys::hno_recv(ep, data, size, desc, ctx)
+                    } else {
+                        sys::hno_trecv(ep, data, size, desc, tag as u64, ctx)
+                    }
+                }
             })?;
+        if msg {
+            if let Some(op) = st.eps.ops.get_mut(&id) {
+                op.tag = Some(tag);
+            }
+        }
         Ok(self.request(&mut st, id))
     }
 
@@ -896,7 +1125,8 @@ impl Comm {
                 self.dev.provider
             )));
         }
-        if st.drive() > 0 || st.ctrl_out.is_some() {
+        // Connection events do not wake the completion queue's descriptor.
+        if st.drive() > 0 || st.ctrl_out.is_some() || !matches!(st.phase, Phase::Ready) {
             return Err(NetError::Again);
         }
         st.usable()?;
@@ -946,6 +1176,28 @@ impl Comm {
 }
 
 impl CommState {
+    /// Reads a joining connected endpoint's connection event.
+    fn join(&mut self) {
+        let Ok(ep) = self.eps.ep() else { return };
+        // SAFETY: a live connected endpoint.
+        let rc = unsafe { sys::hno_msg_event(ep) };
+        let e = match rc {
+            0 => return,
+            1 => {
+                self.peer = Some(0);
+                self.phase = Phase::Ready;
+                return;
+            }
+            2 => NetError::Remote("the peer shut the connection down while connecting".into()),
+            rc => NetError::Remote(format!(
+                "connection failed: {}",
+                NetError::fabric("fi_connect", rc as i64)
+            )),
+        };
+        log::error(&format!("{}: {e}", self.eps.what));
+        self.eps.broken.get_or_insert(e);
+    }
+
     fn usable(&self) -> NetResult<()> {
         match &self.eps.broken {
             Some(e) => Err(e.clone()),
@@ -987,6 +1239,10 @@ impl CommState {
             }
         }
         let read = self.eps.progress();
+        if matches!(self.phase, Phase::Joining) {
+            self.join();
+            return read;
+        }
         let Phase::Connecting(id) = self.phase else {
             return read;
         };
@@ -1048,6 +1304,14 @@ mod tests {
             );
         }
         assert!(Ctrl::decode(&[0; HANDLE_BYTES]).is_err());
+    }
+
+    #[test]
+    fn connection_data_carries_magic_and_nonce() {
+        let d = connreq_data(0x0102_0304_0506_0708);
+        assert_eq!(d[0..4], MAGIC.to_le_bytes());
+        assert_eq!(d[4..12], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_ne!(connreq_data(1), connreq_data(2));
     }
 
     #[test]

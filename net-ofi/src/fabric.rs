@@ -1,6 +1,8 @@
 //! Device discovery: which libfabric provider, which interfaces, and the traffic class.
 
-use crate::abi::{self, NetConfig, NetProperties, FLAG_REG_REQUIRED, FLAG_RMA, UNSET};
+use crate::abi::{
+    self, NetConfig, NetProperties, FLAG_IN_ORDER, FLAG_REG_REQUIRED, FLAG_RMA, UNSET,
+};
 use crate::error::{NetError, NetResult};
 use crate::log;
 use crate::sys::{self, FiInfo, HnoDomain, InfoDesc};
@@ -9,6 +11,49 @@ use std::sync::Arc;
 
 /// Providers tried in order when `FI_PROVIDER` does not choose: RDMA first, TCP last.
 pub const PREFERRED: [&str; 3] = ["verbs", "efa", "tcp"];
+
+/// Chooses the endpoint type: `msg`, `rdm`, or unset for the default (see [`EndpointChoice`]).
+pub const ENDPOINT_ENV: &str = "HCCL_NET_OFI_ENDPOINT";
+
+/// Which libfabric endpoint type the plugin opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointChoice {
+    /// Connected endpoints (`FI_EP_MSG`) for the tcp provider, reliable datagram (`FI_EP_RDM`)
+    /// for the others. The tcp provider offers only `FI_EP_MSG` itself; its `FI_EP_RDM` is the
+    /// rxm utility layered on it, which costs per message (and, before libfabric 1.18, caps
+    /// messages at its eager size, see [`safe_max_message`]), while one connected endpoint per
+    /// comm sends a message of any size as one stream. verbs and efa keep `FI_EP_RDM`, the
+    /// path that has been run on them.
+    Auto,
+    /// `FI_EP_MSG` for every provider that offers it.
+    Msg,
+    /// `FI_EP_RDM` for every provider (tcp through rxm).
+    Rdm,
+}
+
+impl EndpointChoice {
+    /// The choice `value` of [`ENDPOINT_ENV`] names.
+    pub fn parse(value: Option<&str>) -> NetResult<EndpointChoice> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(EndpointChoice::Auto),
+            Some(v) if v.eq_ignore_ascii_case("msg") => Ok(EndpointChoice::Msg),
+            Some(v) if v.eq_ignore_ascii_case("rdm") => Ok(EndpointChoice::Rdm),
+            Some(v) => Err(NetError::Invalid(format!(
+                "{ENDPOINT_ENV}={v}: expected msg or rdm"
+            ))),
+        }
+    }
+
+    /// Endpoint types to try for a provider, connected (`true`) or reliable datagram
+    /// (`false`), in order. `tcp`: the provider is libfabric's tcp provider.
+    fn types(self, tcp: bool) -> &'static [bool] {
+        match self {
+            EndpointChoice::Auto if tcp => &[true, false],
+            EndpointChoice::Auto | EndpointChoice::Rdm => &[false],
+            EndpointChoice::Msg => &[true],
+        }
+    }
+}
 
 /// Immediate data the plugin's `iwrite` carries.
 const IMM_BYTES: u64 = 4;
@@ -94,6 +139,9 @@ pub struct Device {
     pub traffic_class: i32,
     /// The largest message this plugin sends on the device ([`safe_max_message`]).
     pub max_msg: u64,
+    /// Connected endpoints (`FI_EP_MSG`, one per comm, messages matched in order), else
+    /// reliable datagram (`FI_EP_RDM`, tagged messages).
+    pub msg: bool,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE and never changes after opening; it is
@@ -129,6 +177,9 @@ impl Device {
         }
         if self.mr_local {
             p.flags |= FLAG_REG_REQUIRED;
+        }
+        if self.msg {
+            p.flags |= FLAG_IN_ORDER;
         }
         p
     }
@@ -193,13 +244,14 @@ impl InfoList {
     }
 }
 
-fn getinfo(prov: Option<&str>, want_rma: bool, tclass: u32) -> Result<InfoList, i64> {
+fn getinfo(prov: Option<&str>, msg: bool, want_rma: bool, tclass: u32) -> Result<InfoList, i64> {
     let cprov = prov.map(|p| CString::new(p).expect("provider names have no NUL"));
     let mut out: *mut FiInfo = std::ptr::null_mut();
     // SAFETY: valid C string or null; out receives a list we own.
     let rc = unsafe {
         sys::hno_getinfo(
             cprov.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            msg as i32,
             want_rma as i32,
             tclass,
             &mut out,
@@ -214,7 +266,7 @@ fn getinfo(prov: Option<&str>, want_rma: bool, tclass: u32) -> Result<InfoList, 
 
 /// The best query for one provider: with RMA if it has it, with the traffic class if it takes
 /// it. Returns the list and whether the traffic class was accepted.
-fn query(prov: Option<&str>, tclass: u32) -> Result<(InfoList, bool), String> {
+fn query(prov: Option<&str>, msg: bool, tclass: u32) -> Result<(InfoList, bool), String> {
     let mut why = Vec::new();
     let tries: &[(bool, u32)] = if tclass != 0 {
         &[(true, tclass), (true, 0), (false, tclass), (false, 0)]
@@ -222,7 +274,7 @@ fn query(prov: Option<&str>, tclass: u32) -> Result<(InfoList, bool), String> {
         &[(true, 0), (false, 0)]
     };
     for &(rma, tc) in tries {
-        match getinfo(prov, rma, tc) {
+        match getinfo(prov, msg, rma, tc) {
             Ok(list) if !list.0.is_null() => return Ok((list, tc != 0)),
             Ok(_) => why.push("no entries".to_string()),
             Err(rc) => why.push(sys::strerror(rc)),
@@ -241,7 +293,8 @@ fn describe(info: *const FiInfo) -> InfoDesc {
 }
 
 /// Opens the devices of the first provider that works: `FI_PROVIDER`'s choice when set (libfabric
-/// filters by it), else the first of verbs, efa, tcp. One device per interface.
+/// filters by it), else the first of verbs, efa, tcp. One device per interface; the endpoint
+/// type as [`ENDPOINT_ENV`] chooses ([`EndpointChoice`]).
 pub fn discover(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
     // SAFETY: plain query of a constant.
     let ctx_size = unsafe { sys::hno_context_size() } as usize;
@@ -251,21 +304,14 @@ pub fn discover(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
             crate::comm::CONTEXT_BYTES
         )));
     }
-    // SAFETY: plain query.
-    let api = unsafe { sys::hno_api_version() };
-    let asked = ask_rxm_eager_limit(api);
-    let devices = open_first_provider(cfg);
-    // Only rxm over tcp takes an eager limit above its buffer size (over verbs the two must be
-    // equal): with any other provider chosen, the value set above goes before an endpoint opens.
-    let keep = matches!(&devices, Ok(d) if d.iter().any(|d| old_tcp_rxm(&d.provider, api)));
-    if asked && !keep {
-        std::env::remove_var("FI_OFI_RXM_EAGER_LIMIT");
-    }
-    devices
+    let choice = EndpointChoice::parse(std::env::var(ENDPOINT_ENV).ok().as_deref())?;
+    open_first_provider(cfg, choice)
 }
 
 /// Opens the devices of the first provider that works (see [`discover`]).
-fn open_first_provider(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
+fn open_first_provider(cfg: &NetConfig, choice: EndpointChoice) -> NetResult<Vec<Arc<Device>>> {
+    // SAFETY: plain query.
+    let api = unsafe { sys::hno_api_version() };
     let tclass = tclass_of(cfg.traffic_class);
     let forced = std::env::var("FI_PROVIDER").ok().filter(|s| !s.is_empty());
     let candidates: Vec<Option<&str>> = match &forced {
@@ -278,24 +324,34 @@ fn open_first_provider(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
             || format!("FI_PROVIDER={}", forced.as_deref().unwrap_or("")),
             str::to_string,
         );
-        let (list, tc_taken) = match query(prov, tclass) {
-            Ok(q) => q,
-            Err(why) => {
-                log::debug(&format!("provider {label} unusable: {why}"));
-                tried.push(format!("{label}: {why}"));
-                continue;
+        let tcp = prov.or(forced.as_deref()) == Some("tcp");
+        for &msg in choice.types(tcp) {
+            let kind = if msg { "FI_EP_MSG" } else { "FI_EP_RDM" };
+            // rxm reads its eager limit from the environment as its endpoints open: set before
+            // the query, taken back unless rxm over the old tcp provider is what opened.
+            let asked = !msg && ask_rxm_eager_limit(api);
+            let opened = query(prov, msg, tclass)
+                .map(|(list, tc_taken)| open_devices(&list, cfg, tclass, tc_taken, msg));
+            let keep = matches!(&opened, Ok(d) if d.iter().any(|d| old_tcp_rxm(&d.provider, api)));
+            if asked && !keep {
+                std::env::remove_var("FI_OFI_RXM_EAGER_LIMIT");
             }
-        };
-        let devices = open_devices(&list, cfg, tclass, tc_taken);
-        if devices.is_empty() {
-            tried.push(format!("{label}: no interface could be opened"));
-            continue;
+            let devices = match opened {
+                Ok(d) if !d.is_empty() => d,
+                Ok(_) => {
+                    tried.push(format!("{label} {kind}: no interface could be opened"));
+                    continue;
+                }
+                Err(why) => {
+                    log::debug(&format!("provider {label} {kind} unusable: {why}"));
+                    tried.push(format!("{label} {kind}: {why}"));
+                    continue;
+                }
+            };
+            log::info(&format!("libfabric {}.{}", api >> 16, api & 0xffff));
+            report(&devices, cfg, &label);
+            return Ok(devices);
         }
-        // SAFETY: plain query.
-        let v = unsafe { sys::hno_api_version() };
-        log::info(&format!("libfabric {}.{}", v >> 16, v & 0xffff));
-        report(&devices, cfg, &label);
-        return Ok(devices);
     }
     Err(NetError::NoDevice(format!(
         "no libfabric provider works here ({})",
@@ -303,7 +359,13 @@ fn open_first_provider(cfg: &NetConfig) -> NetResult<Vec<Arc<Device>>> {
     )))
 }
 
-fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -> Vec<Arc<Device>> {
+fn open_devices(
+    list: &InfoList,
+    cfg: &NetConfig,
+    tclass: u32,
+    tc_taken: bool,
+    msg: bool,
+) -> Vec<Arc<Device>> {
     // SAFETY: constant queries.
     let (rma_cap, mr_local, mr_virt, mr_prov) = unsafe {
         (
@@ -354,6 +416,7 @@ fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -
             mr_prov_key: desc.mr_mode & mr_prov != 0,
             traffic_class: if applied { cfg.traffic_class } else { UNSET },
             max_msg,
+            msg,
             desc,
         }));
     }
@@ -363,12 +426,17 @@ fn open_devices(list: &InfoList, cfg: &NetConfig, tclass: u32, tc_taken: bool) -
 fn report(devices: &[Arc<Device>], cfg: &NetConfig, label: &str) {
     for d in devices {
         log::info(&format!(
-            "device {}: provider {}, fabric {}, interface {} ({}; rma {}, registration {})",
+            "device {}: provider {}, fabric {}, interface {} ({}; {}, rma {}, registration {})",
             d.index,
             d.provider,
             d.fabric,
             d.name,
             label,
+            if d.msg {
+                "connected endpoints (FI_EP_MSG)"
+            } else {
+                "reliable-datagram endpoints (FI_EP_RDM)"
+            },
             if d.rma { "yes" } else { "no" },
             if d.mr_local { "required" } else { "optional" },
         ));
@@ -454,6 +522,24 @@ mod tests {
         for bad in ["", "0", "64k", "-5", "lots"] {
             assert_eq!(rxm_eager_limit(Some(bad)), 16 << 10, "{bad}");
         }
+    }
+
+    #[test]
+    fn endpoint_choice_parses_and_orders_types() {
+        use EndpointChoice::*;
+        assert_eq!(EndpointChoice::parse(None).unwrap(), Auto);
+        assert_eq!(EndpointChoice::parse(Some(" ")).unwrap(), Auto);
+        assert_eq!(EndpointChoice::parse(Some("MSG")).unwrap(), Msg);
+        assert_eq!(EndpointChoice::parse(Some("rdm")).unwrap(), Rdm);
+        assert!(matches!(
+            EndpointChoice::parse(Some("dgram")),
+            Err(NetError::Invalid(_))
+        ));
+        // tcp: its own connected endpoints first, rxm as the fallback; others stay on RDM.
+        assert_eq!(Auto.types(true), &[true, false]);
+        assert_eq!(Auto.types(false), &[false]);
+        assert_eq!(Rdm.types(true), &[false]);
+        assert_eq!(Msg.types(false), &[true]);
     }
 
     #[test]

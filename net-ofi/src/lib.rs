@@ -1,8 +1,10 @@
 //! `libhccl_net_ofi.so`: the libfabric net plugin of libhccl (interface `hccl/hccl_net.h`).
 //!
-//! Endpoints are reliable datagram (`FI_EP_RDM`): the one endpoint type that verbs (through
-//! the rxm utility provider), efa and tcp (through rxm) all offer with tagged messages and RMA
-//! writes with immediate data, so one code path serves RoCE/InfiniBand, AWS and plain TCP.
+//! Endpoints are reliable datagram (`FI_EP_RDM`, tagged messages and RMA writes with immediate
+//! data) on verbs (through the rxm utility provider) and efa, and connected (`FI_EP_MSG`, one
+//! connection per comm, plain messages matched in order) on the tcp provider, whose own endpoint
+//! type that is: its `FI_EP_RDM` is rxm layered on it, which costs per message and (before
+//! libfabric 1.18) caps message sizes. `HCCL_NET_OFI_ENDPOINT=msg|rdm` overrides the choice.
 //! libfabric's object and data-path calls are inline functions in its headers; `csrc/shim.c`
 //! expands them (see `build.rs`) and Rust sees only the shim's plain functions.
 //!
@@ -337,6 +339,33 @@ unsafe extern "C" fn wait_fd(comm: *mut c_void, fd: *mut c_int) -> c_int {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn isend_head(
+    comm: *mut c_void,
+    head: *const c_void,
+    head_size: usize,
+    data: *const c_void,
+    size: usize,
+    tag: u32,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> c_int {
+    boundary("isendHead", || {
+        let request = out(request, "request")?;
+        if head.is_null() || head_size == 0 || head_size > abi::HEAD_BYTES {
+            return Err(NetError::Invalid(format!(
+                "head {head:p} of {head_size} bytes: expected 1..{} bytes",
+                abi::HEAD_BYTES
+            )));
+        }
+        // SAFETY: the caller passes head_size readable bytes (C contract), read during the call.
+        let head = unsafe { std::slice::from_raw_parts(head.cast::<u8>(), head_size) };
+        let c = handles::comm(comm)?;
+        *request = c.isend_head(head, data, size, tag, handles::mr_opt(mhandle)?)?;
+        Ok(())
+    })
+}
+
 static PLUGIN: PluginV1 = PluginV1 {
     version: abi::PLUGIN_VERSION,
     struct_size: std::mem::size_of::<PluginV1>() as u32,
@@ -359,6 +388,7 @@ static PLUGIN: PluginV1 = PluginV1 {
     test,
     close_comm,
     wait_fd,
+    isend_head,
 };
 
 /// The plugin's entry point (`HCCL_NET_PLUGIN_SYMBOL`).

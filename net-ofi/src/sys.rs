@@ -77,6 +77,7 @@ extern "C" {
     pub fn hno_strerror(err: c_int) -> *const c_char;
     pub fn hno_getinfo(
         prov: *const c_char,
+        msg: c_int,
         want_rma: c_int,
         tclass: u32,
         out: *mut *mut FiInfo,
@@ -92,6 +93,50 @@ extern "C" {
     pub fn hno_ep_trywait(e: *mut HnoEp) -> c_int;
     pub fn hno_ep_name(e: *mut HnoEp, buf: *mut c_void, len: *mut usize) -> c_int;
     pub fn hno_av_insert(e: *mut HnoEp, addr: *const c_void, fi_addr: *mut u64) -> c_int;
+    pub fn hno_msg_listen(d: *mut HnoDomain, out: *mut *mut HnoEp) -> c_int;
+    pub fn hno_msg_connect(
+        d: *mut HnoDomain,
+        addr: *const c_void,
+        param: *const c_void,
+        paramlen: usize,
+        out: *mut *mut HnoEp,
+    ) -> c_int;
+    pub fn hno_msg_connreq(
+        l: *mut HnoEp,
+        info: *mut *mut FiInfo,
+        param: *mut c_void,
+        paramlen: *mut usize,
+    ) -> c_int;
+    pub fn hno_msg_accept(d: *mut HnoDomain, info: *mut FiInfo, out: *mut *mut HnoEp) -> c_int;
+    pub fn hno_msg_reject(l: *mut HnoEp, info: *mut FiInfo);
+    pub fn hno_msg_event(e: *mut HnoEp) -> c_int;
+    pub fn hno_senddata(
+        e: *mut HnoEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        context: *mut c_void,
+    ) -> isize;
+    #[allow(clippy::too_many_arguments)]
+    pub fn hno_send_head(
+        e: *mut HnoEp,
+        msg: c_int,
+        head: *const c_void,
+        headlen: usize,
+        data: *const c_void,
+        len: usize,
+        tag: u64,
+        dest: u64,
+        context: *mut c_void,
+    ) -> isize;
+    pub fn hno_recv(
+        e: *mut HnoEp,
+        buf: *mut c_void,
+        len: usize,
+        desc: *mut c_void,
+        context: *mut c_void,
+    ) -> isize;
     pub fn hno_tsend(
         e: *mut HnoEp,
         buf: *const c_void,

@@ -18,11 +18,32 @@ fn net_plugin_exe() -> std::path::PathBuf {
     .clone()
 }
 
+/// The tcp provider by default: connected endpoints, messages matched in order.
 #[test]
 fn two_processes_over_the_tcp_provider() {
     let out = Command::new(net_plugin_exe())
         .arg(common::plugin())
         .env("FI_PROVIDER", "tcp")
+        .env_remove("HCCL_NET_OFI_ENDPOINT")
+        .output()
+        .expect("run net_plugin");
+    let t = common::text(&out);
+    assert!(out.status.success(), "net_plugin failed:\n{t}");
+    assert!(t.contains("provider tcp, "), "{t}");
+    assert!(
+        t.contains("flags 0x5"),
+        "RMA and in-order matching expected: {t}"
+    );
+    assert!(t.contains("net plugin test passed"), "{t}");
+}
+
+/// The tcp provider through rxm's reliable-datagram endpoints, tagged messages.
+#[test]
+fn two_processes_over_the_tcp_provider_through_rxm() {
+    let out = Command::new(net_plugin_exe())
+        .arg(common::plugin())
+        .env("FI_PROVIDER", "tcp")
+        .env("HCCL_NET_OFI_ENDPOINT", "rdm")
         .output()
         .expect("run net_plugin");
     let t = common::text(&out);
@@ -143,6 +164,11 @@ fn header_layout_matches_the_rust_types() {
             "hcclNetPlugin_v1_t",
             "waitFd",
             offset_of!(PluginV1, wait_fd),
+        ),
+        (
+            "hcclNetPlugin_v1_t",
+            "isendHead",
+            offset_of!(PluginV1, isend_head),
         ),
     ];
     let sizes: &[(&str, usize)] = &[

@@ -1,6 +1,7 @@
-//! rxm's eager limit on libfabric < 1.18: the plugin raises it for the tcp provider (and sends
-//! nothing larger), leaves a value the user set alone, and takes its own value back when another
-//! provider is chosen. Each case initialises the plugin once, so each runs in its own process
+//! rxm's eager limit on libfabric < 1.18: the plugin raises it for the tcp provider under rxm
+//! (and sends nothing larger), leaves a value the user set alone, and takes its own value back
+//! when another provider is chosen. The tcp provider's own connected endpoints (the default for
+//! tcp) involve no rxm: no limit, nothing set. Each case initialises the plugin once, so each runs in its own process
 //! (this test binary, started again with `EAGER_CASE` set).
 
 mod common;
@@ -60,6 +61,11 @@ fn run_case(case: &str) {
             assert_eq!(max, 64 << 10);
         }
         "tcp" | "user" => eprintln!("SKIPPED: libfabric 1.18 or later keeps rxm's defaults"),
+        "msg" => {
+            assert_eq!(provider, "tcp");
+            assert_eq!(var, None, "connected endpoints need no rxm limit");
+            assert!(max > 256 << 10, "largest message {max}");
+        }
         "sockets" => {
             assert_eq!(provider, "sockets");
             assert_eq!(var, None, "the plugin's value must not outlive discovery");
@@ -75,15 +81,17 @@ fn eager_limit_follows_the_provider() {
         return;
     }
     let exe = std::env::current_exe().expect("test executable");
-    for (case, provider, user) in [
-        ("tcp", "tcp", None),
-        ("user", "tcp", Some("65536")),
-        ("sockets", "sockets", None),
+    for (case, provider, endpoint, user) in [
+        ("tcp", "tcp", "rdm", None),
+        ("user", "tcp", "rdm", Some("65536")),
+        ("msg", "tcp", "", None),
+        ("sockets", "sockets", "", None),
     ] {
         let mut cmd = Command::new(&exe);
         cmd.args(["eager_limit_follows_the_provider", "--exact", "--nocapture"])
             .env(CASE, case)
             .env("FI_PROVIDER", provider)
+            .env("HCCL_NET_OFI_ENDPOINT", endpoint)
             .env_remove(VAR);
         if let Some(v) = user {
             cmd.env(VAR, v);

@@ -39,7 +39,7 @@ const UNSET: i32 = -1;
 pub const SUCCESS: c_int = 0;
 /// Result: not an error; make progress and post again.
 pub const AGAIN: c_int = 1;
-const E_NOT_SUPPORTED: c_int = 4;
+pub const E_NOT_SUPPORTED: c_int = 4;
 const E_NO_DEVICE: c_int = 5;
 /// A device needs every buffer inside a registration.
 pub const FLAG_REG_REQUIRED: u32 = 0x2;
@@ -143,6 +143,36 @@ struct TableV1 {
 }
 
 type WaitFdFn = unsafe extern "C" fn(Ptr, *mut c_int) -> c_int;
+type IsendHeadFn = unsafe extern "C" fn(
+    Ptr,
+    *const c_void,
+    usize,
+    *const c_void,
+    usize,
+    u32,
+    Ptr,
+    *mut Ptr,
+) -> c_int;
+
+/// The optional `isendHead` entry of a table `size` bytes long: it follows `waitFd` when the
+/// table is long enough to hold it.
+///
+/// # Safety
+/// As for [`wait_fd_entry`].
+unsafe fn isend_head_entry(table: *const TableV1, size: u32) -> Option<IsendHeadFn> {
+    let at = std::mem::size_of::<TableV1>() + std::mem::size_of::<Option<WaitFdFn>>();
+    if (size as usize) < at + std::mem::size_of::<Option<IsendHeadFn>>() {
+        return None;
+    }
+    // SAFETY: the entry lies inside the table (size checked); it is a nullable function pointer.
+    unsafe {
+        table
+            .cast::<u8>()
+            .add(at)
+            .cast::<Option<IsendHeadFn>>()
+            .read_unaligned()
+    }
+}
 
 /// The optional `waitFd` entry of a table `size` bytes long: it follows the required entries
 /// (a multiple of 8 bytes) when the table is long enough to hold it.
@@ -177,6 +207,8 @@ struct Calls {
     /// `waitFd`: optional, and absent from tables built before it (which end after
     /// `closeComm`).
     wait_fd: Option<WaitFdFn>,
+    /// `isendHead`: optional, absent from tables that end after `waitFd`.
+    isend_head: Option<IsendHeadFn>,
 }
 
 /// A loaded, initialised plugin and the device this process uses (device 0).
@@ -242,6 +274,8 @@ impl NetPlugin {
         }
         // SAFETY: the table is at least as long as its required entries (checked above).
         let wait_fd = unsafe { wait_fd_entry(table, size) };
+        // SAFETY: as above.
+        let isend_head = unsafe { isend_head_entry(table, size) };
         // SAFETY: version and size checked: the table has this layout and lives as long as the
         // library stays loaded.
         let t = unsafe { &*table };
@@ -262,6 +296,7 @@ impl NetPlugin {
             test: t.test.ok_or_else(missing)?,
             close_comm: t.close_comm.ok_or_else(missing)?,
             wait_fd,
+            isend_head,
         };
         let name = if t.name.is_null() {
             "?".to_string()
@@ -455,6 +490,49 @@ impl NetPlugin {
         let mut req: Ptr = std::ptr::null_mut();
         // SAFETY: forwarded from the caller's contract.
         let r = unsafe { (self.calls.isend)(comm, data.cast(), len, tag, mh, &mut req) };
+        match r {
+            SUCCESS => Ok(Some(req)),
+            AGAIN => Ok(None),
+            e => Err(e),
+        }
+    }
+
+    /// Whether [`NetPlugin::isend_head`] can send from unregistered memory here: the plugin has
+    /// the entry and the device needs no registration.
+    pub(crate) fn sends_head(&self) -> bool {
+        self.calls.isend_head.is_some() && self.props.flags & FLAG_REG_REQUIRED == 0
+    }
+
+    /// Posts one tagged message of `head` (copied during the call) followed by `len` bytes at
+    /// `data` (unregistered, used in place); `Ok(None)` means "again later".
+    ///
+    /// # Safety
+    /// `data` must stay valid for `len` bytes until the request completes or the comm closes.
+    pub(crate) unsafe fn isend_head(
+        &self,
+        comm: Ptr,
+        head: &[u8],
+        data: *const u8,
+        len: usize,
+        tag: u32,
+    ) -> std::result::Result<Option<Ptr>, c_int> {
+        let Some(f) = self.calls.isend_head else {
+            return Err(E_NOT_SUPPORTED);
+        };
+        let mut req: Ptr = std::ptr::null_mut();
+        // SAFETY: head is readable during the call; data forwarded from the caller's contract.
+        let r = unsafe {
+            f(
+                comm,
+                head.as_ptr().cast(),
+                head.len(),
+                data.cast(),
+                len,
+                tag,
+                std::ptr::null_mut(),
+                &mut req,
+            )
+        };
         match r {
             SUCCESS => Ok(Some(req)),
             AGAIN => Ok(None),
@@ -661,13 +739,53 @@ pub fn global(env: &EnvConfig) -> Result<Option<Arc<NetPlugin>>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{sockets_provider, wait_fd_entry, TableV1, WaitFdFn};
+    use super::{
+        isend_head_entry, sockets_provider, wait_fd_entry, IsendHeadFn, TableV1, WaitFdFn,
+    };
     use std::ffi::c_int;
 
     unsafe extern "C" fn fake_wait_fd(_comm: *mut std::ffi::c_void, fd: *mut c_int) -> c_int {
         // SAFETY: the test passes a valid out-pointer.
         unsafe { *fd = 42 };
         0
+    }
+
+    unsafe extern "C" fn fake_isend_head(
+        _comm: *mut std::ffi::c_void,
+        _head: *const std::ffi::c_void,
+        head_size: usize,
+        _data: *const std::ffi::c_void,
+        _size: usize,
+        _tag: u32,
+        _mh: *mut std::ffi::c_void,
+        _req: *mut *mut std::ffi::c_void,
+    ) -> c_int {
+        head_size as c_int
+    }
+
+    #[test]
+    fn isend_head_is_read_only_from_tables_long_enough_to_hold_it() {
+        #[repr(C)]
+        struct Longer {
+            base: TableV1,
+            wait_fd: Option<WaitFdFn>,
+            isend_head: Option<IsendHeadFn>,
+        }
+        // SAFETY: all-None entries and a null name are a valid (empty) table.
+        let mut t: Longer = unsafe { std::mem::zeroed() };
+        t.isend_head = Some(fake_isend_head);
+        let full = std::mem::size_of::<Longer>() as u32;
+        let p: *const TableV1 = &t.base;
+        // SAFETY: p points to a table of `full` bytes.
+        let f = unsafe { isend_head_entry(p, full) }.expect("a table with isendHead");
+        let n = std::ptr::null_mut();
+        // SAFETY: the fake entry touches no pointer.
+        assert_eq!(unsafe { f(n, n, 7, n, 0, 0, n, std::ptr::null_mut()) }, 7);
+        // A table that ends after waitFd (or inside isendHead) has none.
+        for short in [full - 8, full - 1] {
+            // SAFETY: as above.
+            assert!(unsafe { isend_head_entry(p, short) }.is_none());
+        }
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! moving (at least [`MIN_SLOTS`]). A message is cut into chunks that each carry a 64-byte
 //! header (magic, kind, message length, offset, the operation tag) and up to a slot less 64
 //! bytes; the sender copies a chunk into a free slot and posts it, so every slot can be in
-//! flight while the next is copied. The receiver
+//! flight while the next is copied. Where the plugin has `isendHead` and the device needs no
+//! registration, the sender copies nothing: each chunk leaves as its header followed by the
+//! payload straight from the send buffer, and its slot only counts it in flight. The receiver
 //! keeps a receive posted on every slot; chunks are consumed in posting order, the first chunk
 //! of a message checked against the receive posted for it (operation tag and size, as on every
 //! link) before a byte is delivered, then copied or reduced into the destination. Completion is
@@ -147,6 +149,10 @@ struct State {
     /// Send slots in flight (slot, request), oldest first, and the free ones.
     tx_busy: VecDeque<(usize, Ptr)>,
     tx_free: Vec<usize>,
+    /// Chunks leave straight from the caller's buffer behind their header (the plugin's
+    /// `isendHead`, where the device needs no registration) instead of being copied into their
+    /// slot first; the slot then only counts the chunk in flight.
+    direct: bool,
     rx: VecDeque<Op>,
     /// Receive slots in posting order: chunks are consumed from the front.
     rx_slots: VecDeque<RxSlot>,
@@ -276,27 +282,50 @@ impl State {
         }
         while let (Some(op), Some(&slot)) = (self.tx.front().copied(), self.tx_free.last()) {
             let n = (op.len - op.done).min(self.chunk());
-            let p = self.slot(slot);
-            // SAFETY: the slot holds slot_bytes = HDR + chunk() bytes.
-            let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + n) };
-            ChunkHdr {
+            let hdr = ChunkHdr {
                 kind: KIND_DATA,
                 chunk: n as u32,
                 total: op.len as u64,
                 off: op.done as u64,
                 tag: op.tag,
-            }
-            .write(&mut buf[..HDR]);
-            if n > 0 {
-                // SAFETY: post_send's contract: op.ptr readable for op.len bytes.
-                let src =
-                    unsafe { std::slice::from_raw_parts((op.ptr as *const u8).add(op.done), n) };
-                buf[HDR..].copy_from_slice(src);
-            }
-            // SAFETY: the slot stays untouched until the request completes.
-            let r = unsafe {
-                self.plugin
-                    .isend(self.comm, p, HDR + n, WIRE_TAG, self.mh())
+            };
+            let r = if self.direct {
+                let mut head = [0u8; HDR];
+                hdr.write(&mut head);
+                // SAFETY: post_send's contract: op.ptr stays readable and unmodified for op.len
+                // bytes until the link is idle, which it is not before this request completes
+                // (tx_busy).
+                let r = unsafe {
+                    self.plugin.isend_head(
+                        self.comm,
+                        &head,
+                        (op.ptr as *const u8).add(op.done),
+                        n,
+                        WIRE_TAG,
+                    )
+                };
+                if r == Err(super::plugin::E_NOT_SUPPORTED) {
+                    self.direct = false;
+                    continue;
+                }
+                r
+            } else {
+                let p = self.slot(slot);
+                // SAFETY: the slot holds slot_bytes = HDR + chunk() bytes.
+                let buf = unsafe { std::slice::from_raw_parts_mut(p, HDR + n) };
+                hdr.write(&mut buf[..HDR]);
+                if n > 0 {
+                    // SAFETY: post_send's contract: op.ptr readable for op.len bytes.
+                    let src = unsafe {
+                        std::slice::from_raw_parts((op.ptr as *const u8).add(op.done), n)
+                    };
+                    buf[HDR..].copy_from_slice(src);
+                }
+                // SAFETY: the slot stays untouched until the request completes.
+                unsafe {
+                    self.plugin
+                        .isend(self.comm, p, HDR + n, WIRE_TAG, self.mh())
+                }
             };
             match r {
                 Ok(Some(req)) => {
@@ -453,6 +482,7 @@ impl PluginLink {
                     "net plugin: the device's largest message is too small for a chunk",
                 )
             })?;
+        let direct = plugin.sends_head();
         let mut st = State {
             plugin,
             comm,
@@ -465,6 +495,7 @@ impl PluginLink {
             tx: VecDeque::new(),
             tx_busy: VecDeque::new(),
             tx_free: (0..slots).rev().collect(),
+            direct,
             rx: VecDeque::new(),
             rx_slots: (slots..2 * slots).map(RxSlot::Idle).collect(),
             early: false,

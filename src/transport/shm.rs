@@ -1093,7 +1093,7 @@ impl Link for ShmLink {
     }
 
     /// Publishes a message that fits one slot straight into the ring: header, tag and data
-    /// (inline in the header's line up to [`INLINE_MAX`] bytes), then the sequence word, then
+    /// (inline in the header's line up to `INLINE_MAX` bytes), then the sequence word, then
     /// one ring of the peer's bell, which enters the kernel only when the peer sleeps. The slot
     /// is exactly what the queued path would publish for the same message (messages this
     /// small never go single-copy), so the receiving side cannot tell the two apart.
@@ -1610,7 +1610,10 @@ mod tests {
         for len in [0usize, 8, 24, 25, 4096] {
             let mut src: Vec<u8> = (0..len).map(|i| (i * 5 + len) as u8).collect();
             // SAFETY: `src` holds `len` bytes.
-            assert!(unsafe { a.send_now(src.as_ptr(), len, &tag(len as u64)) }, "{len}");
+            assert!(
+                unsafe { a.send_now(src.as_ptr(), len, &tag(len as u64)) },
+                "{len}"
+            );
             assert!(a.idle(), "{len}: nothing queued");
             // The bytes were copied at the call: the buffer is the caller's again.
             src.iter_mut().for_each(|x| *x = !*x);

@@ -1610,10 +1610,8 @@ mod tests {
         for len in [0usize, 8, 24, 25, 4096] {
             let mut src: Vec<u8> = (0..len).map(|i| (i * 5 + len) as u8).collect();
             // SAFETY: `src` holds `len` bytes.
-            assert!(
-                unsafe { a.send_now(src.as_ptr(), len, &tag(len as u64)) },
-                "{len}"
-            );
+            let sent = unsafe { a.send_now(src.as_ptr(), len, &tag(len as u64)) };
+            assert!(sent, "{len}");
             assert!(a.idle(), "{len}: nothing queued");
             // The bytes were copied at the call: the buffer is the caller's again.
             src.iter_mut().for_each(|x| *x = !*x);

@@ -40,6 +40,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Held by each test: the counter sees every thread of the process, so tests run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// One "training step": the collectives a data-parallel step makes, on fixed buffers.
 fn step(comm: HcclComm, n: usize, a: &mut [f32], b: &mut [f32]) {
     let big = a.len() / n;
@@ -103,11 +106,97 @@ fn steady(n: usize) -> u64 {
 
 #[test]
 fn repeated_collectives_do_not_allocate() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for n in [2, 4] {
         let d = steady(n);
         assert_eq!(
             d, 0,
             "{n} ranks: {d} heap allocations in 20 steady-state steps"
         );
+    }
+}
+
+/// One call on rank `rank` of `n` with two buffers.
+type Call = fn(HcclComm, usize, usize, &mut [f32], &mut [f32]);
+
+/// Heap allocations in every thread while each of `n` rank threads repeats `call` 20 times,
+/// after a few calls of the same shape (the plan, the entry's lists and the links' queues are
+/// then in place).
+fn repeated(n: usize, call: Call) -> u64 {
+    let ri = root_info();
+    let bar = Arc::new(Barrier::new(n));
+    let delta = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (bar, delta) = (bar.clone(), delta.clone());
+            std::thread::spawn(move || {
+                let comm = init_rank(n as u32, &ri, rank as u32);
+                let mut a = vec![1.0f32; 64];
+                let mut b = vec![0.0f32; 64];
+                for _ in 0..5 {
+                    call(comm, rank, n, &mut a, &mut b);
+                }
+                bar.wait();
+                let before = ALLOCS.load(Ordering::SeqCst);
+                bar.wait();
+                for _ in 0..20 {
+                    call(comm, rank, n, &mut a, &mut b);
+                }
+                bar.wait();
+                if rank == 0 {
+                    delta.store(ALLOCS.load(Ordering::SeqCst) - before, Ordering::SeqCst);
+                }
+                bar.wait();
+                assert_eq!(unsafe { HcclCommDestroy(comm) }, HcclResult::HCCL_SUCCESS);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("rank thread");
+    }
+    delta.load(Ordering::SeqCst)
+}
+
+/// A small AlltoAll: its count and displacement lists are refilled, not allocated.
+fn alltoall(comm: HcclComm, _rank: usize, _n: usize, a: &mut [f32], b: &mut [f32]) {
+    let fp32 = HcclDataType::HCCL_DATA_TYPE_FP32 as u32;
+    let (pa, pb) = (a.as_mut_ptr() as *mut c_void, b.as_mut_ptr() as *mut c_void);
+    let rc = unsafe { HcclAlltoAll(pa, 2, fp32, pb, 2, fp32, comm, null_mut()) };
+    assert_eq!(rc, HcclResult::HCCL_SUCCESS);
+}
+
+/// A ring of small batches (send to the next rank, receive from the previous one).
+fn batch(comm: HcclComm, rank: usize, n: usize, a: &mut [f32], b: &mut [f32]) {
+    let fp32 = HcclDataType::HCCL_DATA_TYPE_FP32 as u32;
+    let mut items = [
+        HcclSendRecvItem {
+            sendRecvType: 0,
+            buf: a.as_mut_ptr() as *mut c_void,
+            count: 4,
+            dataType: fp32,
+            remoteRank: ((rank + 1) % n) as u32,
+        },
+        HcclSendRecvItem {
+            sendRecvType: 1,
+            buf: b.as_mut_ptr() as *mut c_void,
+            count: 4,
+            dataType: fp32,
+            remoteRank: ((rank + n - 1) % n) as u32,
+        },
+    ];
+    let rc = unsafe { HcclBatchSendRecv(items.as_mut_ptr(), 2, comm, null_mut()) };
+    assert_eq!(rc, HcclResult::HCCL_SUCCESS);
+}
+
+#[test]
+fn repeated_small_alltoall_and_batches_reuse_their_lists() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for n in [2, 4] {
+        for (name, call) in [("AlltoAll", alltoall as Call), ("BatchSendRecv", batch)] {
+            // Not one per call: the entry's lists were four (AlltoAll) or two (batch)
+            // allocations per call on every rank. (A link may still grow a queue now and then.)
+            let d = repeated(n, call);
+            assert!(d < 20, "{n} ranks: {d} heap allocations in 20 {name} calls");
+        }
     }
 }

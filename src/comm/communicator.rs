@@ -1026,23 +1026,27 @@ impl Communicator {
         tags: &mut OpTags,
     ) -> Result<()> {
         let start = self.trace.as_ref().map(|_| Instant::now());
+        let bufs = small::Bufs {
+            send: args.send,
+            recv: args.recv,
+            scratch,
+            ext: &args.ext,
+        };
         // SAFETY: the ffi layer validated the buffers against the operation's counts, and the
         // scratch holds what the path needs (grown before the call).
-        let r = unsafe { small::run(ep, s, args.send, args.recv, scratch, red, dl, tags) }.map_err(
-            |e| {
-                let e = e.context(format!(
-                    "comm {} rank {} {} ({} path)",
-                    self.name,
-                    self.rank,
-                    args.name,
-                    small::ALGO
-                ));
-                if ep.broken().is_some() {
-                    self.record_async_error(&e);
-                }
-                e
-            },
-        );
+        let r = unsafe { small::run(ep, s, &bufs, red, dl, tags) }.map_err(|e| {
+            let e = e.context(format!(
+                "comm {} rank {} {} ({} path)",
+                self.name,
+                self.rank,
+                args.name,
+                small::ALGO
+            ));
+            if ep.broken().is_some() {
+                self.record_async_error(&e);
+            }
+            e
+        });
         if let (Some(t), Some(start)) = (&self.trace, start) {
             let end = Instant::now();
             let peers = s

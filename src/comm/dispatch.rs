@@ -33,6 +33,18 @@ const ACL_ERROR_INVALID_RESOURCE_HANDLE: i32 = 200_005;
 
 /// Dispatches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
 pub fn dispatch(comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
+    dispatch_reusing(comm, args, stream, drop)
+}
+
+/// [`dispatch`], handing `args` back to `reuse` once the operation has run on the calling
+/// thread (neither grouped nor queued on a stream), so that a caller can refill what it
+/// allocated for the next call instead of allocating again.
+pub fn dispatch_reusing(
+    comm: Arc<Communicator>,
+    args: OpArgs,
+    stream: usize,
+    reuse: impl FnOnce(OpArgs),
+) -> Result<()> {
     if group::active() {
         group::record(comm, args);
         return Ok(());
@@ -44,7 +56,9 @@ pub fn dispatch(comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<
         }
     }
     let (ticket, ready) = order.take_now();
-    run_in_turn(&comm, &args, &order, ticket, ready)
+    let r = run_in_turn(&comm, &args, &order, ticket, ready);
+    reuse(args);
+    r
 }
 
 /// Issue order of one communicator's operations.

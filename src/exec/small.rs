@@ -2,20 +2,30 @@
 //! run in one exchange, without a schedule.
 //!
 //! A small operation is bound by the latency of a hop, not by bandwidth, so every rank sends its
-//! whole input straight to the ranks that need it (AllReduce: to everyone; Reduce: to the root)
-//! and posts every receive at once; the shared-memory link carries such a message inline in one
-//! cache line with its flag and tag. What is precomputed per communicator and shape ([`Small`])
-//! leaves the call nothing to build, look up or allocate: it posts its messages, waits once and
-//! finishes locally.
+//! whole input straight to the ranks that need it (AllReduce, AllGather: to everyone; Reduce:
+//! to the root; ReduceScatter, AlltoAll, Scatter: each block to its owner) and posts every
+//! receive at once; the shared-memory link carries such a message inline in one cache line with
+//! its flag and tag. What is precomputed per communicator and shape ([`Small`]) leaves the call
+//! nothing to build, look up or allocate: it sends its messages, waits once and finishes
+//! locally. Point-to-point batches of small transfers take the path too, one message per item
+//! as on the generic path.
 //!
-//! Results are bit-identical on every rank: a reducing rank gathers every input and combines
-//! them in rank order, `((x0 ∘ x1) ∘ x2) ∘ …`, whichever arrived first.
+//! Both directions bypass the endpoint's queues where the link allows: a message goes straight
+//! into the link when nothing is queued to that peer and the link has room
+//! ([`Endpoint::send_now`]), and one that has arrived is taken straight into its destination
+//! ([`Endpoint::recv_now`]); only what cannot is posted and left to one wait.
+//!
+//! Results are bit-identical on every rank: a reducing rank gathers every input (ReduceScatter:
+//! every rank's copy of its own block) and combines them in rank order, `((x0 ∘ x1) ∘ x2) ∘ …`,
+//! whichever arrived first.
 //!
 //! Identity is kept as on the generic path (see [`super::identity`]): every message carries the
 //! call's tag (kind, count, type, operator, root, sequence) and every receive checks it before
 //! delivering a byte, so a rank that receives from a disagreeing peer fails with `HCCL_E_PARA`.
-//! AllReduce and Barrier exchange data both ways between every pair, so every rank hears of a
-//! disagreeing one within the call.
+//! AllReduce, AllGather, ReduceScatter, AlltoAll and Barrier exchange data both ways between
+//! every pair, so every rank hears of a disagreeing one within the call. Point-to-point
+//! transfers keep their own rules (see [`super::identity`]): numbered per pair, tagged with
+//! their length, no notices.
 //!
 //! # Eager rooted operations
 //! A rank that only sends to a peer (a Broadcast or Scatter root, a Reduce leaf) completes as
@@ -34,7 +44,7 @@
 //! receiver's notice, as on the generic path.
 
 use super::identity::{Inbound, Notice, OpTags};
-use crate::algo::Coll;
+use crate::algo::{Coll, P2pItem};
 use crate::base::error::Result;
 use crate::transport::tag::Tag;
 use crate::transport::{Endpoint, Expectation, LinkInfo, ReduceFn};
@@ -52,10 +62,22 @@ pub const ALGO: &str = "small";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     AllReduce,
-    Broadcast { root: u32 },
-    Reduce { root: u32 },
-    Scatter { root: u32 },
+    Broadcast {
+        root: u32,
+    },
+    Reduce {
+        root: u32,
+    },
+    Scatter {
+        root: u32,
+    },
     Barrier,
+    AllGather,
+    ReduceScatter,
+    /// Blocks of one size to and from every rank, at [`Small::blocks`].
+    AlltoAll,
+    /// The items of [`Small::items`], in order.
+    P2p,
 }
 
 /// One shape of small operation on one rank, precomputed when its plan is made.
@@ -65,8 +87,12 @@ pub struct Small {
     me: u32,
     n: u32,
     /// Bytes per rank: the input of AllReduce and Reduce, the buffer of Broadcast, each rank's
-    /// block of Scatter.
+    /// block of Scatter, AllGather, ReduceScatter and AlltoAll (the largest item of P2p).
     bytes: usize,
+    /// AlltoAll: per rank, the byte offsets of its block in the send and receive buffers.
+    blocks: Vec<(usize, usize)>,
+    /// P2p: the transfers, each with its own buffer (`ext[i]` of the call).
+    items: Vec<P2pItem>,
     /// What this rank receives from each peer (for examining unclaimed messages).
     inbound: Vec<Inbound>,
     /// Peers over eager links (bit `p`): no notices flow between them and this rank.
@@ -92,17 +118,63 @@ impl Small {
         if !(2..=MAX_RANKS).contains(&n) || me >= n {
             return None;
         }
-        let (kind, count) = match *coll {
-            Coll::AllReduce { count } => (Kind::AllReduce, count),
-            Coll::Broadcast { count, root } => (Kind::Broadcast { root }, count),
-            Coll::Reduce { count, root } => (Kind::Reduce { root }, count),
-            Coll::Scatter { count, root } => (Kind::Scatter { root }, count),
+        let mut blocks = Vec::new();
+        let mut items = Vec::new();
+        let (kind, count) = match coll {
+            Coll::AllReduce { count } => (Kind::AllReduce, *count),
+            Coll::Broadcast { count, root } => (Kind::Broadcast { root: *root }, *count),
+            Coll::Reduce { count, root } => (Kind::Reduce { root: *root }, *count),
+            Coll::Scatter { count, root } => (Kind::Scatter { root: *root }, *count),
             Coll::Barrier => (Kind::Barrier, 0),
+            Coll::AllGather { count } => (Kind::AllGather, *count),
+            Coll::ReduceScatter { count } => (Kind::ReduceScatter, *count),
+            Coll::AlltoAllV {
+                send_counts,
+                send_displs,
+                recv_counts,
+                recv_displs,
+            } => {
+                // One block size everywhere (AlltoAll): every rank that agrees on the call sees
+                // the same counts and so decides alike. The path's messages (one per pair and
+                // direction, tagged per pair) are also those of the generic schedules.
+                let c = *send_counts.first()?;
+                let lists = [send_counts, send_displs, recv_counts, recv_displs];
+                if lists.iter().any(|l| l.len() != n as usize)
+                    || send_counts.iter().chain(recv_counts).any(|&x| x != c)
+                {
+                    return None;
+                }
+                for (sd, rd) in send_displs.iter().zip(recv_displs) {
+                    blocks.push((sd.checked_mul(elem)?, rd.checked_mul(elem)?));
+                }
+                (Kind::AlltoAll, c)
+            }
+            Coll::P2p { items: list } => {
+                // Every transfer is one tagged message, as on the generic path, so a peer that
+                // runs its side there pairs with this one all the same.
+                if list.is_empty()
+                    || list.len() > 2 * MAX_RANKS as usize
+                    || list.iter().any(|it| it.peer == me || it.peer >= n)
+                {
+                    return None;
+                }
+                items = list.clone();
+                let largest = list.iter().map(|it| it.bytes).max().unwrap_or(0);
+                if largest > MAX_BYTES {
+                    return None;
+                }
+                (Kind::P2p, largest)
+            }
             _ => return None,
         };
-        let bytes = count.checked_mul(elem)?;
+        let bytes = if kind == Kind::P2p {
+            count
+        } else {
+            count.checked_mul(elem)?
+        };
         // Empty data operations keep their generic form (a barrier of tagged messages).
-        if (bytes == 0 && kind != Kind::Barrier) || bytes > MAX_BYTES {
+        let empty_ok = matches!(kind, Kind::Barrier | Kind::P2p);
+        if (bytes == 0 && !empty_ok) || bytes > MAX_BYTES {
             return None;
         }
         if let Kind::Broadcast { root } | Kind::Reduce { root } | Kind::Scatter { root } = kind {
@@ -115,6 +187,8 @@ impl Small {
             me,
             n,
             bytes,
+            blocks,
+            items,
             inbound: Vec::new(),
             eager: 0,
             quiet: 0,
@@ -131,6 +205,8 @@ impl Small {
     }
 
     fn set_eager(&mut self, eager: impl Fn(u32) -> bool) {
+        // Point-to-point transfers have no notices whatever the link (see `super::identity`).
+        let eager = |p| self.kind != Kind::P2p && eager(p);
         self.eager = self
             .peers()
             .filter(|&p| eager(p))
@@ -163,7 +239,7 @@ impl Small {
     fn root(&self) -> Option<u32> {
         match self.kind {
             Kind::Broadcast { root } | Kind::Reduce { root } | Kind::Scatter { root } => Some(root),
-            Kind::AllReduce | Kind::Barrier => None,
+            _ => None,
         }
     }
 
@@ -173,7 +249,16 @@ impl Small {
         let me_root = self.root() == Some(self.me);
         let notice = !self.is_eager(peer);
         match self.kind {
-            Kind::AllReduce | Kind::Barrier => Some((true, false)),
+            Kind::AllReduce
+            | Kind::Barrier
+            | Kind::AllGather
+            | Kind::ReduceScatter
+            | Kind::AlltoAll => Some((true, false)),
+            Kind::P2p => self
+                .items
+                .iter()
+                .any(|it| !it.send && it.peer == peer)
+                .then_some((true, false)),
             Kind::Broadcast { root } | Kind::Scatter { root } => {
                 if me_root {
                     notice.then_some((false, true))
@@ -199,7 +284,7 @@ impl Small {
     /// Scratch bytes a call needs.
     pub fn scratch_bytes(&self) -> usize {
         match self.kind {
-            Kind::AllReduce => self.n as usize * self.bytes,
+            Kind::AllReduce | Kind::ReduceScatter => self.n as usize * self.bytes,
             Kind::Reduce { root } if root == self.me => self.n as usize * self.bytes,
             _ => 0,
         }
@@ -211,7 +296,24 @@ impl Small {
         let root = self.root();
         match self.kind {
             _ if peer == self.me || peer >= self.n => (0, 0),
-            Kind::AllReduce | Kind::Barrier => (b, b),
+            Kind::AllReduce
+            | Kind::Barrier
+            | Kind::AllGather
+            | Kind::ReduceScatter
+            | Kind::AlltoAll => (b, b),
+            Kind::P2p => {
+                self.items
+                    .iter()
+                    .filter(|it| it.peer == peer)
+                    .fold((0, 0), |(s, r), it| {
+                        let len = it.bytes as u64;
+                        if it.send {
+                            (s + len, r)
+                        } else {
+                            (s, r + len)
+                        }
+                    })
+            }
             Kind::Broadcast { .. } | Kind::Scatter { .. } if root == Some(self.me) => (b, 0),
             Kind::Broadcast { .. } | Kind::Scatter { .. } if root == Some(peer) => (0, b),
             Kind::Reduce { .. } if root == Some(self.me) => (0, b),
@@ -223,8 +325,12 @@ impl Small {
     /// The peers this rank exchanges anything with (data or notices), in rank order.
     pub fn partners(&self) -> impl Iterator<Item = u32> + '_ {
         let root = self.root();
-        self.peers()
-            .filter(move |&p| root.is_none() || root == Some(self.me) || root == Some(p))
+        self.peers().filter(move |&p| {
+            if self.kind == Kind::P2p {
+                return self.items.iter().any(|it| it.peer == p);
+            }
+            root.is_none() || root == Some(self.me) || root == Some(p)
+        })
     }
 
     /// Payload bytes (sent, received) by this rank per call.
@@ -233,8 +339,14 @@ impl Small {
         let others = u64::from(self.n - 1);
         let me_root = self.root() == Some(self.me);
         match self.kind {
-            Kind::AllReduce => (others * b, others * b),
+            Kind::AllReduce | Kind::AllGather | Kind::ReduceScatter | Kind::AlltoAll => {
+                (others * b, others * b)
+            }
             Kind::Barrier => (0, 0),
+            Kind::P2p => self
+                .peers()
+                .map(|p| self.traffic_with(p))
+                .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1)),
             Kind::Broadcast { .. } | Kind::Scatter { .. } if me_root => (others * b, 0),
             Kind::Broadcast { .. } | Kind::Scatter { .. } => (0, b),
             Kind::Reduce { .. } if me_root => (0, others * b),
@@ -243,25 +355,35 @@ impl Small {
     }
 }
 
-/// Runs one small operation: posts every message, waits once, finishes locally.
+/// The buffers of one small operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Bufs<'a> {
+    /// The send buffer (unused by a Scatter leaf, a Barrier and P2p).
+    pub send: usize,
+    /// The receive buffer (unused by a Reduce leaf, a Barrier and P2p).
+    pub recv: usize,
+    /// Scratch of at least [`Small::scratch_bytes`].
+    pub scratch: usize,
+    /// P2p: the buffer of each item.
+    pub ext: &'a [usize],
+}
+
+/// Runs one small operation: sends every message, waits once, finishes locally.
 ///
 /// # Safety
-/// `send` and `recv` must be the operation's buffers as validated for its counts (`recv` of a
-/// Reduce leaf and `send` of a Scatter leaf may be unused), `scratch` valid for writes of
+/// The buffers must be the operation's as validated for its counts (`recv` of a Reduce leaf and
+/// `send` of a Scatter leaf may be unused), `scratch` valid for writes of
 /// [`Small::scratch_bytes`], all of them valid for the duration of the call.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn run(
     ep: &mut Endpoint,
     s: &Small,
-    send: usize,
-    recv: usize,
-    scratch: usize,
+    bufs: &Bufs<'_>,
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
     tags: &mut OpTags,
 ) -> Result<()> {
     // SAFETY: forwarded to the caller.
-    let r = unsafe { exchange(ep, s, send, recv, scratch, red, deadline, tags) };
+    let r = unsafe { exchange(ep, s, bufs, red, deadline, tags) };
     if let Err(e) = &r {
         // Posted transfers must not outlive the call: peers would touch buffers the caller is
         // about to reuse.
@@ -276,17 +398,15 @@ pub unsafe fn run(
 ///
 /// # Safety
 /// As for [`run`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn exchange(
     ep: &mut Endpoint,
     s: &Small,
-    send: usize,
-    recv: usize,
-    scratch: usize,
+    bufs: &Bufs<'_>,
     red: Option<ReduceFn>,
     deadline: Option<Instant>,
     tags: &mut OpTags,
 ) -> Result<()> {
+    let (send, recv, scratch) = (bufs.send, bufs.recv, bufs.scratch);
     let b = s.bytes;
     let me = s.me;
     // Notices are empty: any valid address will do.
@@ -302,17 +422,24 @@ unsafe fn exchange(
         check_quiet(ep, s, tags)?;
     }
     match s.kind {
-        Kind::AllReduce | Kind::Barrier => {
+        Kind::AllReduce | Kind::Barrier | Kind::ReduceScatter => {
+            let rs = s.kind == Kind::ReduceScatter;
             // A Barrier has no buffers (their addresses may be null): its messages are empty.
-            let src = if b == 0 { nothing } else { send as *mut u8 };
+            let src = |p: u32| match b {
+                0 => nothing as *const u8,
+                _ if rs => (send + p as usize * b) as *const u8,
+                _ => send as *const u8,
+            };
             for p in s.peers() {
                 let tag = tags.to(p, b);
-                // SAFETY: `src` holds `b` bytes (the caller's contract) and stays valid and
+                // SAFETY: `src(p)` holds `b` bytes (the caller's contract) and stays valid and
                 // unmodified until `wait_all` (or its abort) retires the transfer.
-                unsafe { ep.post_send(p, src, b, tag) }?;
+                unsafe { send_to(ep, p, src(p), b, tag) }?;
             }
             // The inputs leave before the receives are posted: that is what the peers wait for.
-            ep.push()?;
+            if ep.pending() {
+                ep.push()?;
+            }
             let mut posted = false;
             for p in s.peers() {
                 let tag = tags.from(p, b);
@@ -324,13 +451,67 @@ unsafe fn exchange(
             if b > 0 {
                 // SAFETY: the own slot is not posted; `send` may alias `recv`, so it is copied
                 // before `recv` is written.
-                unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
+                unsafe { std::ptr::copy_nonoverlapping(src(me), slot(me), b) };
             }
             finish(ep, posted, deadline, tags)?;
-            if s.kind == Kind::AllReduce {
+            if s.kind != Kind::Barrier {
                 // SAFETY: every slot is filled and `recv` holds `b` bytes.
                 unsafe { combine(s, red, recv as *mut u8, slot)? };
             }
+        }
+        Kind::AllGather | Kind::AlltoAll => {
+            let a2a = s.kind == Kind::AlltoAll;
+            let src = |p: u32| match a2a {
+                true => (send + s.blocks[p as usize].0) as *const u8,
+                false => send as *const u8,
+            };
+            let dst = |p: u32| match a2a {
+                true => (recv + s.blocks[p as usize].1) as *mut u8,
+                false => (recv + p as usize * b) as *mut u8,
+            };
+            for p in s.peers() {
+                let tag = tags.to(p, b);
+                // SAFETY: as for AllReduce: the block holds `b` bytes.
+                unsafe { send_to(ep, p, src(p), b, tag) }?;
+            }
+            if ep.pending() {
+                ep.push()?;
+            }
+            let mut posted = false;
+            for p in s.peers() {
+                let tag = tags.from(p, b);
+                // SAFETY: block `p` of `recv` holds `b` bytes and nobody else touches it until
+                // `wait_all` returns.
+                posted |= unsafe { receive(ep, p, dst(p), b, tag) }?;
+            }
+            finish(ep, posted, deadline, tags)?;
+            // SAFETY: the own blocks hold `b` bytes each (the caller's contract); in place they
+            // are the same bytes, which `copy` allows.
+            unsafe { std::ptr::copy(src(me), dst(me), b) };
+        }
+        Kind::P2p => {
+            if bufs.ext.len() != s.items.len() {
+                return Err(crate::base::error::Error::new(
+                    crate::base::error::ErrorKind::Internal,
+                    "small point-to-point call without a buffer per item",
+                ));
+            }
+            let mut posted = false;
+            for (it, &buf) in s.items.iter().zip(bufs.ext) {
+                let len = it.bytes;
+                let at = if len == 0 { nothing } else { buf as *mut u8 };
+                if it.send {
+                    let tag = tags.to(it.peer, len);
+                    // SAFETY: the item's buffer holds `len` bytes (the caller's contract).
+                    unsafe { send_to(ep, it.peer, at, len, tag) }?;
+                } else {
+                    let tag = tags.from(it.peer, len);
+                    // SAFETY: the item's buffer holds `len` bytes, untouched by others until
+                    // `wait_all` returns.
+                    posted |= unsafe { receive(ep, it.peer, at, len, tag) }?;
+                }
+            }
+            finish(ep, posted, deadline, tags)?;
         }
         Kind::Reduce { root } if root == me => {
             let mut posted = false;
@@ -351,27 +532,31 @@ unsafe fn exchange(
             unsafe { combine(s, red, recv as *mut u8, slot)? };
         }
         Kind::Reduce { root } => {
+            let mut posted = false;
             if !s.is_eager(root) {
                 // SAFETY: a zero-length transfer never touches its address.
                 unsafe { ep.post_recv(root, nothing, 0, None, tags.notice(&notice(root, false))) }?;
+                posted = true;
             }
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
-            unsafe { ep.post_send(root, send as *const u8, b, tag) }?;
-            ep.wait_all(deadline, Some(&*tags))?;
+            unsafe { send_to(ep, root, send as *const u8, b, tag) }?;
+            finish(ep, posted, deadline, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
             let scatter = matches!(s.kind, Kind::Scatter { .. });
+            let mut posted = false;
             for p in s.peers() {
                 if !s.is_eager(p) {
                     // SAFETY: a zero-length transfer never touches its address.
                     unsafe { ep.post_recv(p, nothing, 0, None, tags.notice(&notice(p, false))) }?;
+                    posted = true;
                 }
                 let src = if scatter { send + p as usize * b } else { send };
                 let tag = tags.to(p, b);
                 // SAFETY: the root's buffer holds the block (Scatter: `n` blocks of `b` bytes),
                 // valid and unmodified until `wait_all` retires the transfer.
-                unsafe { ep.post_send(p, src as *const u8, b, tag) }?;
+                unsafe { send_to(ep, p, src as *const u8, b, tag) }?;
             }
             if scatter {
                 // SAFETY: the root's own block and `recv` hold `b` bytes each; `copy` allows
@@ -380,7 +565,7 @@ unsafe fn exchange(
                     std::ptr::copy((send + me as usize * b) as *const u8, recv as *mut u8, b)
                 };
             }
-            ep.wait_all(deadline, Some(&*tags))?;
+            finish(ep, posted, deadline, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } => {
             if !s.is_eager(root) {
@@ -395,6 +580,27 @@ unsafe fn exchange(
         }
     }
     Ok(())
+}
+
+/// Sends `len` bytes at `src` tagged `tag` to `peer`: straight into the link when nothing is
+/// queued to the peer and the link has room (see [`Endpoint::send_now`]), else by posting the
+/// send, which [`finish`] completes.
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes and stay unmodified until [`finish`] returns.
+unsafe fn send_to(
+    ep: &mut Endpoint,
+    peer: u32,
+    src: *const u8,
+    len: usize,
+    tag: Tag,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    if unsafe { ep.send_now(peer, src, len, &tag) } {
+        return Ok(());
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { ep.post_send(peer, src, len, tag) }
 }
 
 /// Receives `len` bytes tagged `tag` from `peer` into `dst`: straight from the link when the
@@ -487,7 +693,46 @@ mod tests {
         assert!(Small::of(&Coll::Barrier, 0, 0, 2).is_some());
         let bc = Coll::Broadcast { count: 4, root: 2 };
         assert!(Small::of(&bc, 4, 0, 2).is_none());
-        assert!(Small::of(&Coll::AllGather { count: 2 }, 4, 0, 2).is_none());
+        assert!(Small::of(&Coll::AllGather { count: 2 }, 4, 0, 2).is_some());
+        assert!(Small::of(&Coll::ReduceScatter { count: 1025 }, 4, 0, 2).is_none());
+        assert!(Small::of(
+            &Coll::AllGatherV {
+                counts: vec![1, 1],
+                displs: vec![0, 1]
+            },
+            4,
+            0,
+            2
+        )
+        .is_none());
+        // AlltoAll: one block size everywhere.
+        assert!(Small::of(&a2a(&[3, 3], &[3, 3]), 4, 0, 2).is_some());
+        assert!(Small::of(&a2a(&[3, 2], &[3, 3]), 4, 0, 2).is_none());
+        assert!(Small::of(&a2a(&[3, 3], &[3, 2]), 4, 0, 2).is_none());
+        assert!(Small::of(&a2a(&[0, 0], &[0, 0]), 4, 0, 2).is_none());
+        assert!(Small::of(&a2a(&[3, 3, 3], &[3, 3, 3]), 4, 0, 2).is_none());
+        // Point to point: small transfers with other ranks only.
+        let p2p = |items: Vec<P2pItem>| Coll::P2p { items };
+        let it = |send, peer, bytes| P2pItem { send, peer, bytes };
+        assert!(Small::of(&p2p(vec![it(true, 1, 8), it(false, 1, 0)]), 1, 0, 2).is_some());
+        assert!(Small::of(&p2p(vec![it(true, 0, 8)]), 1, 0, 2).is_none());
+        assert!(Small::of(&p2p(vec![it(true, 1, MAX_BYTES + 1)]), 1, 0, 2).is_none());
+        assert!(Small::of(&p2p(vec![]), 1, 0, 2).is_none());
+    }
+
+    /// A uniform AlltoAll of `send` and `recv` counts, blocks packed in rank order.
+    fn a2a(send: &[usize], recv: &[usize]) -> Coll {
+        let displs = |c: &[usize]| {
+            c.iter()
+                .scan(0, |at, &x| Some(std::mem::replace(at, *at + x)))
+                .collect()
+        };
+        Coll::AlltoAllV {
+            send_counts: send.to_vec(),
+            send_displs: displs(send),
+            recv_counts: recv.to_vec(),
+            recv_displs: displs(recv),
+        }
     }
 
     #[test]
@@ -498,6 +743,9 @@ mod tests {
             Coll::Broadcast { count: 3, root: 1 },
             Coll::Reduce { count: 3, root: 2 },
             Coll::Scatter { count: 3, root: 0 },
+            Coll::AllGather { count: 3 },
+            Coll::ReduceScatter { count: 3 },
+            a2a(&[3; 4], &[3; 4]),
         ];
         for coll in &colls {
             for me in 0..4 {
@@ -525,6 +773,9 @@ mod tests {
             Coll::Broadcast { count: 2, root: 1 },
             Coll::Reduce { count: 2, root: 2 },
             Coll::Scatter { count: 2, root: 0 },
+            Coll::AllGather { count: 2 },
+            Coll::ReduceScatter { count: 2 },
+            a2a(&[2; 4], &[2; 4]),
         ];
         for coll in &colls {
             let n = 4;
@@ -539,5 +790,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn point_to_point_traffic_follows_the_items() {
+        let it = |send, peer, bytes| P2pItem { send, peer, bytes };
+        let items = vec![
+            it(true, 2, 8),
+            it(false, 1, 16),
+            it(true, 1, 4),
+            it(false, 2, 0),
+        ];
+        let s = Small::of(&Coll::P2p { items }, 1, 0, 4).unwrap();
+        assert_eq!(s.partners().collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(s.traffic_with(1), (4, 16));
+        assert_eq!(s.traffic_with(2), (8, 0));
+        assert_eq!(s.traffic_with(3), (0, 0));
+        assert_eq!(s.traffic(), (12, 16));
+        let heard: Vec<u32> = s.inbound().iter().map(|i| i.peer).collect();
+        assert_eq!(heard, vec![1, 2]);
+        // No notices and nothing examined ahead of a call, whatever the links.
+        let s = s.eager_over(|_| true);
+        assert_eq!((s.eager, s.quiet), (0, 0));
     }
 }

@@ -23,7 +23,7 @@ use crate::algo::{Coll, P2pItem};
 use crate::base::dtype::DataType;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::limits::MAX_BATCH_ITEMS;
-use crate::comm::dispatch::dispatch;
+use crate::comm::dispatch::{dispatch, dispatch_reusing};
 use crate::comm::{Communicator, OpArgs};
 
 /// Reduces `count` elements of every rank's `sendBuf` into every rank's `recvBuf`.
@@ -370,16 +370,47 @@ pub unsafe extern "C" fn HcclAlltoAll(
         // The whole buffer must be within bounds before per-block offsets are computed.
         v::bytes(v::mul(sendCount, n as u64)?, dt)?;
         let cnt = v::count(sendCount)?;
-        let counts = vec![cnt; n];
-        let displs: Vec<usize> = (0..n).map(|i| i * cnt).collect();
-        let args = alltoall_args(
-            op_name!(),
-            dt,
-            (sendBuf, counts.clone(), displs.clone()),
-            (recvBuf, counts, displs),
-        )?;
-        dispatch(c, args, stream as usize)
+        let [mut sc, mut sd, mut rc, mut rd] = spare_alltoall();
+        for (counts, displs) in [(&mut sc, &mut sd), (&mut rc, &mut rd)] {
+            counts.extend(std::iter::repeat_n(cnt, n));
+            displs.extend((0..n).map(|i| i * cnt));
+        }
+        let args = alltoall_args(op_name!(), dt, (sendBuf, sc, sd), (recvBuf, rc, rd))?;
+        dispatch_reusing(c, args, stream as usize, |a| {
+            SPARE_ALLTOALL.set(Some(a.coll));
+        })
     })
+}
+
+thread_local! {
+    /// The previous `HcclAlltoAll`'s operation on this thread: the next call refills its four
+    /// count and displacement vectors instead of allocating them (a small AlltoAll would
+    /// otherwise spend about a quarter of its instructions on the allocator).
+    static SPARE_ALLTOALL: std::cell::Cell<Option<Coll>> = const { std::cell::Cell::new(None) };
+}
+
+/// Four empty vectors for an AlltoAll's counts and displacements, those of the previous call
+/// when there is one.
+fn spare_alltoall() -> [Vec<usize>; 4] {
+    match SPARE_ALLTOALL.take() {
+        Some(Coll::AlltoAllV {
+            mut send_counts,
+            mut send_displs,
+            mut recv_counts,
+            mut recv_displs,
+        }) => {
+            for v in [
+                &mut send_counts,
+                &mut send_displs,
+                &mut recv_counts,
+                &mut recv_displs,
+            ] {
+                v.clear();
+            }
+            [send_counts, send_displs, recv_counts, recv_displs]
+        }
+        _ => Default::default(),
+    }
 }
 
 /// AlltoAll with per-peer counts and displacements.
@@ -476,23 +507,46 @@ fn p2p(
     let peer = v::rank_in(peer, &c, if send { "destRank" } else { "srcRank" })?;
     let n = v::bytes(count, dt)?;
     let b = v::buffer(buf, n, if send { "sendBuf" } else { "recvBuf" })?;
+    let (mut items, mut ext) = spare_p2p();
+    items.push(P2pItem {
+        send,
+        peer,
+        bytes: n,
+    });
+    ext.push(b);
     let args = OpArgs {
         name,
-        coll: Coll::P2p {
-            items: vec![P2pItem {
-                send,
-                peer,
-                bytes: n,
-            }],
-        },
+        coll: Coll::P2p { items },
         dtype: dt,
         op: None,
         send: 0,
         recv: 0,
-        ext: vec![b],
+        ext,
         compress: None,
     };
-    dispatch(c, args, stream as usize)
+    dispatch_reusing(c, args, stream as usize, keep_p2p)
+}
+
+thread_local! {
+    /// The previous point-to-point call's item and buffer lists on this thread, refilled by the
+    /// next call instead of allocated (as for AlltoAll, see `SPARE_ALLTOALL`).
+    static SPARE_P2P: std::cell::Cell<Option<(Vec<P2pItem>, Vec<usize>)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Empty item and buffer lists, those of the previous point-to-point call when there is one.
+fn spare_p2p() -> (Vec<P2pItem>, Vec<usize>) {
+    let (mut items, mut ext) = SPARE_P2P.take().unwrap_or_default();
+    items.clear();
+    ext.clear();
+    (items, ext)
+}
+
+/// Keeps a finished point-to-point call's lists for the next call (see [`spare_p2p`]).
+fn keep_p2p(args: OpArgs) {
+    if let Coll::P2p { items } = args.coll {
+        SPARE_P2P.set(Some((items, args.ext)));
+    }
 }
 
 /// Sends `count` elements to `destRank`, which must post the matching `HcclRecv`.
@@ -544,8 +598,7 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
             ));
         }
         let base = v::non_null_mut(sendRecvInfo, "sendRecvInfo")?;
-        let mut items = Vec::with_capacity(itemNum as usize);
-        let mut ext = Vec::with_capacity(itemNum as usize);
+        let (mut items, mut ext) = spare_p2p();
         for i in 0..itemNum as usize {
             // Fields are read as raw integers: an out-of-range enum value must not be assumed.
             // SAFETY: per the HCCL contract `sendRecvInfo` holds `itemNum` items.
@@ -581,7 +634,7 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
             ext,
             compress: None,
         };
-        dispatch(c, args, stream as usize)
+        dispatch_reusing(c, args, stream as usize, keep_p2p)
     })
 }
 

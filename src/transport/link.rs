@@ -194,6 +194,18 @@ pub trait Link: Send {
         false
     }
 
+    /// Sends a message at once, bypassing the queues, when nothing is queued to the peer and
+    /// the link can carry it whole right now (a small message, room in the link): the message
+    /// is then in the link as if posted and progressed, and `ptr` is free again on return.
+    /// Returns false, having changed nothing, otherwise: the caller then posts the send as
+    /// usual. Links without such a path always return false.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes.
+    unsafe fn send_now(&mut self, _ptr: *const u8, _len: usize, _tag: &Tag) -> bool {
+        false
+    }
+
     /// Moves whatever can move now without blocking; returns whether anything moved.
     fn progress(&mut self, shared: &mut Shared) -> Result<bool>;
 

@@ -366,6 +366,22 @@ impl Endpoint {
         unsafe { self.links[peer as usize].recv_now(ptr, len, tag) }
     }
 
+    /// Sends a small message to `peer` at once when its link can carry it without queueing
+    /// (see [`Link::send_now`]): nothing is queued to that peer and the link has room. Returns
+    /// false, having changed nothing, otherwise (also on a broken endpoint); the caller then
+    /// posts the send, which reports the failure.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes.
+    #[inline]
+    pub unsafe fn send_now(&mut self, peer: u32, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        // SAFETY: forwarded.
+        unsafe { self.links[peer as usize].send_now(ptr, len, tag) }
+    }
+
     /// Completes every posted operation, failing at `deadline` (None: wait forever); `expect`
     /// says what the running operation accepts (see [`Expectation`]).
     pub fn wait_all(

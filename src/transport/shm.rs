@@ -1092,6 +1092,49 @@ impl Link for ShmLink {
         true
     }
 
+    /// Publishes a message that fits one slot straight into the ring: header, tag and data
+    /// (inline in the header's line up to `INLINE_MAX` bytes), then the sequence word, then
+    /// one ring of the peer's bell, which enters the kernel only when the peer sleeps. The slot
+    /// is exactly what the queued path would publish for the same message (messages this
+    /// small never go single-copy), so the receiving side cannot tell the two apart.
+    unsafe fn send_now(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+        if !self.tx.is_empty() || len > self.out.slot_bytes || len >= SINGLE_COPY_MIN {
+            return false;
+        }
+        if self.wr - self.consumed_seen >= NSLOTS as u64 {
+            self.consumed_seen = self.out.consumed().load(Ordering::Acquire);
+            if self.wr - self.consumed_seen >= NSLOTS as u64 {
+                // Full: the queued path asks the receiver for a ring and waits.
+                return false;
+            }
+        }
+        let slot = self.out.slot(self.wr);
+        let inline = len <= INLINE_MAX;
+        let flags = FLAG_FIRST | if inline { FLAG_INLINE } else { 0 };
+        // SAFETY: the slot is ours until published (wr - consumed < NSLOTS); `ptr` holds `len`
+        // bytes (the caller's contract), which fit the slot's data area (inline: INLINE_MAX).
+        unsafe {
+            write_hdr(
+                slot,
+                SlotHdr {
+                    len: len as u32,
+                    flags,
+                    total: len as u64,
+                    addr: ptr as u64,
+                },
+                tag,
+            );
+            if len > 0 {
+                let off = if inline { INLINE_OFF } else { SLOT_HDR };
+                std::ptr::copy_nonoverlapping(ptr, slot.add(off), len);
+            }
+        }
+        self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
+        self.wr += 1;
+        self.peer_map.ring();
+        true
+    }
+
     /// Single-copy reductions read through `shared.stage`, grown once to [`REDUCE_CHUNK`].
     fn progress(&mut self, shared: &mut Shared) -> Result<bool> {
         let mut any = self.progress_tx();
@@ -1549,6 +1592,69 @@ mod tests {
         }
         drive(&mut a, &mut b).unwrap();
         assert_eq!((first, second), (src, [0u8; 8]));
+    }
+
+    #[test]
+    fn direct_send_publishes_what_the_queued_path_would() {
+        use crate::transport::tag::{OpKind, OpTag};
+        let tag = |count| {
+            OpTag {
+                count,
+                ..OpTag::new(OpKind::Broadcast)
+            }
+            .encode()
+        };
+        // 32 KiB for one peer: 4 KiB slots.
+        let (mut a, mut b) = links(32 << 10, false);
+        let mut shared = Shared::default();
+        for len in [0usize, 8, 24, 25, 4096] {
+            let mut src: Vec<u8> = (0..len).map(|i| (i * 5 + len) as u8).collect();
+            // SAFETY: `src` holds `len` bytes.
+            let sent = unsafe { a.send_now(src.as_ptr(), len, &tag(len as u64)) };
+            assert!(sent, "{len}");
+            assert!(a.idle(), "{len}: nothing queued");
+            // The bytes were copied at the call: the buffer is the caller's again.
+            src.iter_mut().for_each(|x| *x = !*x);
+            let mut dst = vec![0u8; len];
+            // Checked by the queued receive as any message.
+            // SAFETY: `dst` outlives the transfer (driven to the end below).
+            unsafe {
+                b.post_recv(dst.as_mut_ptr(), len, None, tag(len as u64), &mut shared)
+                    .unwrap()
+            };
+            drive(&mut a, &mut b).unwrap();
+            let want: Vec<u8> = (0..len).map(|i| (i * 5 + len) as u8).collect();
+            assert_eq!(dst, want, "{len}");
+        }
+        // More than a slot holds: the caller posts it instead.
+        let big = vec![7u8; 4097];
+        // SAFETY: `big` holds 4097 bytes.
+        assert!(!unsafe { a.send_now(big.as_ptr(), 4097, &tag(4097)) });
+        // A full ring refuses, and so does a link with a send queued: later messages must not
+        // overtake it.
+        let words: Vec<[u8; 8]> = (0..NSLOTS as u64 + 2).map(|i| i.to_le_bytes()).collect();
+        for w in &words[..NSLOTS] {
+            // SAFETY: each word holds 8 bytes.
+            assert!(unsafe { a.send_now(w.as_ptr(), 8, &tag(8)) });
+        }
+        // SAFETY: as above.
+        assert!(!unsafe { a.send_now(words[NSLOTS].as_ptr(), 8, &tag(8)) });
+        // SAFETY: the words outlive the transfers (driven to the end below).
+        unsafe { a.post_send(words[NSLOTS].as_ptr(), 8, tag(8)).unwrap() };
+        let mut got = [0u8; 8];
+        // SAFETY: `got` holds 8 bytes.
+        assert!(unsafe { b.recv_now(got.as_mut_ptr(), 8, &tag(8)) });
+        assert_eq!(got, words[0]);
+        // Room again, but a send is still queued.
+        // SAFETY: as above.
+        assert!(!unsafe { a.send_now(words[NSLOTS + 1].as_ptr(), 8, &tag(8)) });
+        for w in &words[1..=NSLOTS] {
+            a.progress(&mut shared).unwrap();
+            // SAFETY: as above.
+            assert!(unsafe { b.recv_now(got.as_mut_ptr(), 8, &tag(8)) });
+            assert_eq!(got, *w, "in order");
+        }
+        assert!(a.idle() && b.idle());
     }
 
     #[test]

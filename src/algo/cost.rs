@@ -24,6 +24,10 @@ pub struct LinkCost {
     pub staged_below: f64,
     /// How much longer a staged message's bytes take than a single-copy message's (≥ 1).
     pub staged_cost: f64,
+    /// Latency a single-copy message adds where messages may be staged (`staged_below` > 0),
+    /// seconds: the receiver's system call, and the sender's wait until its buffer has been
+    /// read, which a staged send (complete once its bytes are in the ring) does not make.
+    pub single_copy_alpha: f64,
 }
 
 impl LinkCost {
@@ -32,9 +36,13 @@ impl LinkCost {
         self.alpha + bytes / self.beta + self.staged_extra(bytes, self.beta)
     }
 
-    /// The time staging adds to a message of `bytes` at bandwidth `beta` (exactly 0 for a
-    /// single-copy message, so prices without staging stay as they were).
+    /// The time the way it moves adds to a message of `bytes` at bandwidth `beta`: staging's
+    /// extra copy below `staged_below`, the single-copy handshake from there up (exactly 0
+    /// where nothing is staged, so those prices stay as they were).
     pub fn staged_extra(&self, bytes: f64, beta: f64) -> f64 {
+        if self.staged_below > 0.0 && bytes >= self.staged_below {
+            return self.single_copy_alpha;
+        }
         self.staged_share(bytes) * bytes / beta
     }
 
@@ -75,6 +83,7 @@ impl LinkKind {
                 mesh_beta: 2.1e9,
                 staged_below: 0.0,
                 staged_cost: STAGED_COST,
+                single_copy_alpha: SINGLE_COPY_ALPHA,
             },
             LinkKind::HostIpc => LinkCost {
                 alpha: 25e-6,
@@ -83,6 +92,7 @@ impl LinkKind {
                 mesh_beta: 1.0e9,
                 staged_below: 0.0,
                 staged_cost: 1.0,
+                single_copy_alpha: 0.0,
             },
             LinkKind::Network => LinkCost {
                 alpha: 50e-6,
@@ -91,6 +101,7 @@ impl LinkKind {
                 mesh_beta: 1.2e9,
                 staged_below: 0.0,
                 staged_cost: 1.0,
+                single_copy_alpha: 0.0,
             },
         }
     }
@@ -110,6 +121,11 @@ pub const HOST_COPY_LANES: f64 = 2.0;
 /// processes on the 2-core VM this prices AllGather's 16 KiB blocks (128 KiB) above
 /// halving-doubling's larger single-copy ones, where the one-step form measured 0.67x Open MPI.
 pub const STAGED_COST: f64 = 2.0;
+
+/// The single-copy handshake's latency between processes of one host (see
+/// [`LinkCost::single_copy_alpha`]): a system call and a wait on the peer, half the VM's ~4 µs
+/// dependent step with 8 ranks on 2 cores.
+pub const SINGLE_COPY_ALPHA: f64 = 2e-6;
 
 /// The model: one link cost per level plus the local reduction rate, and optionally the
 /// network the hosts share.
@@ -200,6 +216,7 @@ impl CostModel {
                             "peer" => l.peer = x,
                             "staged_below" => l.staged_below = x,
                             "staged_cost" => l.staged_cost = x,
+                            "single_copy_alpha" => l.single_copy_alpha = x,
                             "mesh_beta" => {
                                 l.mesh_beta = x;
                                 mesh_set = true;
@@ -886,11 +903,12 @@ mod tests {
 
     #[test]
     fn free_staging_changes_no_price() {
-        // Staging that costs nothing extra prices every algorithm exactly as no staging does
-        // (threads, sockets), so only processes of one host see the new term.
+        // Staging and single copy that cost nothing extra price every algorithm exactly as no
+        // staging does (threads, sockets), so only processes of one host see the new terms.
         let staged = processes();
         let mut free = staged;
         free.level0.staged_cost = 1.0;
+        free.level0.single_copy_alpha = 0.0;
         let mut none = staged;
         none.level0.staged_below = 0.0;
         for n in [2u32, 3, 4, 8] {
@@ -939,6 +957,20 @@ mod tests {
         threads.level0.staged_below = 0.0;
         assert_eq!(
             crate::algo::select::choose_with(&coll, &ctx, &threads),
+            Algo::Direct
+        );
+        // 4 processes at 64 KiB: halving-doubling would copy less (16 KiB staged, 32 KiB
+        // single-copy) but waits on one handshake and one more step; the one-step form
+        // measured about 2x faster there (loaded machine, forced algorithms).
+        let topo = Topo::flat(4);
+        let ctx = Ctx {
+            n: 4,
+            topo: &topo,
+            ..ctx
+        };
+        let coll = Coll::AllGather { count: 4096 };
+        assert_eq!(
+            crate::algo::select::choose_with(&coll, &ctx, &processes()),
             Algo::Direct
         );
     }

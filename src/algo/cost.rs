@@ -18,12 +18,42 @@ pub struct LinkCost {
     pub peer: f64,
     /// Bandwidth of a mesh step (all peers at once), bytes per second.
     pub mesh_beta: f64,
+    /// Messages shorter than this many bytes are staged: copied into a ring shared with the
+    /// peer and out of it again, where longer ones are read once from the sender's buffer
+    /// (processes of one host; see `transport::shm::SINGLE_COPY_MIN`). 0: none is staged.
+    pub staged_below: f64,
+    /// How much longer a staged message's bytes take than a single-copy message's (≥ 1).
+    pub staged_cost: f64,
+    /// Latency a single-copy message adds where messages may be staged (`staged_below` > 0),
+    /// seconds: the receiver's system call, and the sender's wait until its buffer has been
+    /// read, which a staged send (complete once its bytes are in the ring) does not make.
+    pub single_copy_alpha: f64,
 }
 
 impl LinkCost {
     /// Time of one message of `bytes`.
     pub fn msg(&self, bytes: f64) -> f64 {
-        self.alpha + bytes / self.beta
+        self.alpha + bytes / self.beta + self.staged_extra(bytes, self.beta)
+    }
+
+    /// The time the way it moves adds to a message of `bytes` at bandwidth `beta`: staging's
+    /// extra copy below `staged_below`, the single-copy handshake from there up (exactly 0
+    /// where nothing is staged, so those prices stay as they were).
+    pub fn staged_extra(&self, bytes: f64, beta: f64) -> f64 {
+        if self.staged_below > 0.0 && bytes >= self.staged_below {
+            return self.single_copy_alpha;
+        }
+        self.staged_share(bytes) * bytes / beta
+    }
+
+    /// The share of a single-copy message's byte time that staging adds to a message of
+    /// `bytes`: `staged_cost − 1` below `staged_below`, else 0.
+    pub fn staged_share(&self, bytes: f64) -> f64 {
+        if bytes < self.staged_below {
+            self.staged_cost - 1.0
+        } else {
+            0.0
+        }
     }
 }
 
@@ -51,18 +81,27 @@ impl LinkKind {
                 beta: 1.5e9,
                 peer: 1e-6,
                 mesh_beta: 2.1e9,
+                staged_below: 0.0,
+                staged_cost: STAGED_COST,
+                single_copy_alpha: SINGLE_COPY_ALPHA,
             },
             LinkKind::HostIpc => LinkCost {
                 alpha: 25e-6,
                 beta: 1.0e9,
                 peer: 10e-6,
                 mesh_beta: 1.0e9,
+                staged_below: 0.0,
+                staged_cost: 1.0,
+                single_copy_alpha: 0.0,
             },
             LinkKind::Network => LinkCost {
                 alpha: 50e-6,
                 beta: 1.2e9,
                 peer: 12e-6,
                 mesh_beta: 1.2e9,
+                staged_below: 0.0,
+                staged_cost: 1.0,
+                single_copy_alpha: 0.0,
             },
         }
     }
@@ -75,6 +114,18 @@ impl LinkKind {
 /// size from 32 KiB to 64 MiB, which the old price of (n − 1) serial copies from the root
 /// had ruled out from 4 ranks and 2 MiB or 8 ranks and 32 KiB up.
 pub const HOST_COPY_LANES: f64 = 2.0;
+
+/// How much longer a staged byte takes than a single-copy one between processes of one host
+/// (see [`LinkCost::staged_cost`]): the sender's copy into the ring and the receiver's copy
+/// out of it both run on the host's cores, where a single-copy message is read once. With 8
+/// processes on the 2-core VM this prices AllGather's 16 KiB blocks (128 KiB) above
+/// halving-doubling's larger single-copy ones, where the one-step form measured 0.67x Open MPI.
+pub const STAGED_COST: f64 = 2.0;
+
+/// The single-copy handshake's latency between processes of one host (see
+/// [`LinkCost::single_copy_alpha`]): a system call and a wait on the peer, half the VM's ~4 µs
+/// dependent step with 8 ranks on 2 cores.
+pub const SINGLE_COPY_ALPHA: f64 = 2e-6;
 
 /// The model: one link cost per level plus the local reduction rate, and optionally the
 /// network the hosts share.
@@ -116,8 +167,8 @@ impl CostModel {
     /// This model with the overrides of `text` applied (`HCCL_COST_MODEL` syntax):
     /// sections separated by `;`, each `level0:` or `level1:` followed by `key=value` pairs
     /// separated by `,` (keys `alpha` and `peer` in seconds, `beta` and `mesh_beta` in bytes
-    /// per second), or `gamma=value` (reduction bytes per second). Setting `beta` alone scales
-    /// `mesh_beta` by the same factor. Values are positive finite numbers (`3e-6`, `1.25e8`).
+    /// per second, `staged_below` in bytes, `staged_cost` a factor), or `gamma=value`
+    /// (reduction bytes per second). Setting `beta` alone scales `mesh_beta` by the same factor. Values are positive finite numbers (`3e-6`, `1.25e8`).
     pub fn with_overrides(mut self, text: &str) -> std::result::Result<CostModel, String> {
         const HELP: &str = "expected sections like \"level0:alpha=3e-6,beta=1.5e9\", \
                             \"level1:alpha=1e-3,beta=1.25e8,peer=1e-5,mesh_beta=1.2e8\" or \
@@ -163,6 +214,9 @@ impl CostModel {
                         match k {
                             "alpha" => l.alpha = x,
                             "peer" => l.peer = x,
+                            "staged_below" => l.staged_below = x,
+                            "staged_cost" => l.staged_cost = x,
+                            "single_copy_alpha" => l.single_copy_alpha = x,
                             "mesh_beta" => {
                                 l.mesh_beta = x;
                                 mesh_set = true;
@@ -207,7 +261,8 @@ impl Shape {
 
 /// One mesh step with `peers` peers moving `bytes` in total.
 fn mesh_step(l: &LinkCost, peers: f64, bytes: f64) -> f64 {
-    l.alpha + peers * l.peer + bytes / l.mesh_beta
+    let each = if peers > 0.0 { bytes / peers } else { bytes };
+    l.alpha + peers * l.peer + bytes / l.mesh_beta + peers * l.staged_extra(each, l.mesh_beta)
 }
 
 /// How the network prices a message when several ranks use it at once (the shared-link
@@ -400,6 +455,30 @@ pub fn predict(
     if n <= 1.0 {
         return Some(0.0);
     }
+    // Reductions are priced without staging: a reduced message costs the same either way, its
+    // bytes reduced out of the ring slot they were staged in or out of the cache-resident
+    // chunk a single-copy receive fetches them into (`transport::shm`). Priced with staging,
+    // 8 processes chose halving-doubling at 128 KiB, where the one-step AllReduce and
+    // ReduceScatter measured 1.9-2.2x faster.
+    let unstaged;
+    let m = if matches!(
+        coll,
+        Coll::AllReduce { .. }
+            | Coll::ReduceScatter { .. }
+            | Coll::ReduceScatterV { .. }
+            | Coll::Reduce { .. }
+    ) {
+        unstaged = CostModel {
+            level0: LinkCost {
+                staged_below: 0.0,
+                ..m.level0
+            },
+            ..*m
+        };
+        &unstaged
+    } else {
+        m
+    };
     let net = Net::new(m, sh);
     let level1 = net.l1;
     // Flat algorithms run at the pace of their slowest link.
@@ -429,7 +508,13 @@ pub fn predict(
     // moves d/p of `bytes`), priced step by step when links are shared.
     let doubling = |p: f64, bytes: f64| -> f64 {
         if !net.shared {
-            return log2c(p) * flat_hop.alpha + (p - 1.0) / p * bytes / flat.beta;
+            let mut staged = 0.0;
+            let mut d = 1.0;
+            while d < p {
+                staged += flat.staged_extra(d / p * bytes, flat.beta);
+                d *= 2.0;
+            }
+            return log2c(p) * flat_hop.alpha + (p - 1.0) / p * bytes / flat.beta + staged;
         }
         let mut t = 0.0;
         let mut d = 1.0;
@@ -480,6 +565,7 @@ pub fn predict(
             let red = g((n - 1.0) * bytes / n);
             (2.0 * (n - 1.0) + c - 1.0) * edge.alpha
                 + 2.0 * (n - 1.0) * bytes / n / edge.beta
+                + 2.0 * (n - 1.0) * c * edge.staged_extra(bytes / n / c, edge.beta)
                 + if memory { red } else { red / c }
         }
         (Algo::Rhd, Coll::AllReduce { .. }) => {
@@ -517,7 +603,9 @@ pub fn predict(
                 let fill = 2.0 * log2c(sh.hosts) * c / net.nic;
                 rounds * flat_hop.alpha + full + fill + g(bytes)
             } else {
-                rounds * flat_hop.msg(3.0 * c) + g(bytes)
+                // Three messages of a chunk a round (each staged or not).
+                let (l, three) = (&flat_hop, 3.0 * c);
+                rounds * (l.alpha + three / l.beta + 3.0 * l.staged_extra(c, l.beta)) + g(bytes)
             }
         }
         (Algo::Hier, Coll::AllReduce { .. }) => {
@@ -560,9 +648,11 @@ pub fn predict(
                 // more than the one-step form's (n − 1) messages (see HOST_COPY_LANES).
                 let lanes = (mm - 1.0).min(HOST_COPY_LANES);
                 let copies = (mm + 1.0) * (mm - 1.0) / mm * bytes;
+                let l = &m.level0;
                 return Some(
-                    (np + 1.0) * (m.level0.alpha + (mm - 1.0) * m.level0.peer)
-                        + copies / lanes / m.level0.mesh_beta,
+                    (np + 1.0) * (l.alpha + (mm - 1.0) * l.peer)
+                        + copies / lanes / l.mesh_beta
+                        + l.staged_share(shard) * copies / lanes / l.mesh_beta,
                 );
             }
             let per_step = if h > 1.0 { 1.0 } else { 2.0 };
@@ -607,7 +697,13 @@ pub fn predict(
         }
         (Algo::Bruck, Coll::AllGather { .. } | Coll::AllGatherV { .. }) => {
             if !net.shared {
-                log2c(n) * flat_hop.alpha + (n - 1.0) / n * bytes / flat.beta
+                let mut staged = 0.0;
+                let mut d = 1.0;
+                while d < n {
+                    staged += flat.staged_extra(d.min(n - d) * bytes / n, flat.beta);
+                    d *= 2.0;
+                }
+                log2c(n) * flat_hop.alpha + (n - 1.0) / n * bytes / flat.beta + staged
             } else {
                 // Round d: every rank sends min(d, n − d) blocks to the rank d below; the
                 // ranks of a host below local index d reach the previous host.
@@ -659,8 +755,14 @@ pub fn predict(
             if memory && sh.hosts <= 1.0 {
                 // Every receiver copies the whole message out of the root's buffer (single
                 // copy) at the same time, so the host's cores, not the root, set the pace.
+                // A staged message is also copied into each receiver's ring by the root.
                 let lanes = (n - 1.0).min(HOST_COPY_LANES);
-                mesh_step(&flat, n - 1.0, (n - 1.0) * bytes / lanes)
+                let whole = LinkCost {
+                    staged_below: 0.0,
+                    ..flat
+                };
+                mesh_step(&whole, n - 1.0, (n - 1.0) * bytes / lanes)
+                    + (n - 1.0) / lanes * flat.staged_extra(bytes, flat.mesh_beta)
             } else {
                 net.fan(&flat, bytes)
             }
@@ -675,7 +777,9 @@ pub fn predict(
             } else if memory && sh.hosts <= 1.0 {
                 // One host: the n − 1 copies of the message share its cores (HOST_COPY_LANES).
                 let lanes = (n - 1.0).min(HOST_COPY_LANES);
-                (k + n - 2.0) * edge.alpha + (n - 1.0) * bytes / lanes / edge.beta
+                (k + n - 2.0) * edge.alpha
+                    + (n - 1.0) * bytes / lanes / edge.beta
+                    + (n - 1.0) * k / lanes * edge.staged_extra(bytes / k, edge.beta)
             } else {
                 (k + n - 2.0) * edge.msg(bytes / k)
             }
@@ -718,7 +822,9 @@ pub fn predict(
                     + (mm - 1.0) * bytes / n / m.level0.beta
                     + (n - mm) * bytes / n / across.beta
             } else {
-                (n - 1.0) * flat.alpha + bytes / flat.beta
+                (n - 1.0) * flat.alpha
+                    + bytes / flat.beta
+                    + (n - 1.0) * flat.staged_extra(bytes / n, flat.beta)
             }
         }
         (Algo::Direct, Coll::P2p { .. } | Coll::Barrier) => log2c(n) * flat.alpha,
@@ -804,6 +910,93 @@ mod tests {
         let sh = Shape::of(&Topo::flat(8));
         let at = |a, b| predict(a, &c, b, sh, &m, true).unwrap();
         assert!(at(Algo::Direct, 64e6) < at(Algo::Hier, 64e6));
+    }
+
+    /// The level0 of processes of one host: messages below the shared-memory link's
+    /// single-copy threshold are staged.
+    fn processes() -> CostModel {
+        let mut m = CostModel {
+            level0: LinkKind::Memory.default_cost(),
+            level1: LinkKind::Network.default_cost(),
+            gamma: 3e9,
+            fabric: None,
+        };
+        m.level0.staged_below = crate::transport::shm::SINGLE_COPY_MIN as f64;
+        m
+    }
+
+    #[test]
+    fn free_staging_changes_no_price() {
+        // Staging and single copy that cost nothing extra price every algorithm exactly as no
+        // staging does (threads, sockets), so only processes of one host see the new terms.
+        let staged = processes();
+        let mut free = staged;
+        free.level0.staged_cost = 1.0;
+        free.level0.single_copy_alpha = 0.0;
+        let mut none = staged;
+        none.level0.staged_below = 0.0;
+        for n in [2u32, 3, 4, 8] {
+            let sh = Shape::of(&Topo::flat(n));
+            for coll in [
+                Coll::AllReduce { count: 1 },
+                Coll::AllGather { count: 1 },
+                Coll::ReduceScatter { count: 1 },
+                Coll::Broadcast { count: 1, root: 0 },
+                Coll::Reduce { count: 1, root: 0 },
+            ] {
+                let mut b = 8.0;
+                while b <= 64e6 {
+                    for a in Algo::ALL {
+                        let t = |m: &CostModel| predict(a, &coll, b, sh, m, true);
+                        assert_eq!(t(&free), t(&none), "{a:?} {coll:?} {n} ranks {b} B");
+                        if let (Some(x), Some(y)) = (t(&staged), t(&none)) {
+                            assert!(x >= y, "{a:?} {coll:?} {n} ranks {b} B");
+                        }
+                    }
+                    b *= 2.0;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn staged_blocks_steer_eight_process_allgather_off_the_mesh() {
+        // 8 processes on the 2-core VM: at 128 KiB each rank's 16 KiB block is copied twice
+        // through the rings to each of 7 peers in the one-step form; halving-doubling sends
+        // blocks of 2 and 4 ranks single-copy. Between threads (nothing staged) the one-step
+        // form stays.
+        let topo = Topo::flat(8);
+        let ctx = Ctx {
+            me: 0,
+            n: 8,
+            elem: 4,
+            network: false,
+            topo: &topo,
+            deterministic: false,
+        };
+        let coll = Coll::AllGather { count: 4096 };
+        let procs = crate::algo::select::choose_with(&coll, &ctx, &processes());
+        assert!(matches!(procs, Algo::Rhd | Algo::Bruck), "{procs:?}");
+        let mut threads = processes();
+        threads.level0.staged_below = 0.0;
+        assert_eq!(
+            crate::algo::select::choose_with(&coll, &ctx, &threads),
+            Algo::Direct
+        );
+        // 4 processes at 64 KiB: halving-doubling would copy less (16 KiB staged, 32 KiB
+        // single-copy) but waits on one handshake and one more step; the one-step form
+        // measured about 2x faster there (loaded machine, forced algorithms).
+        let topo = Topo::flat(4);
+        let ctx = Ctx {
+            n: 4,
+            topo: &topo,
+            ..ctx
+        };
+        let coll = Coll::AllGather { count: 4096 };
+        assert_eq!(
+            crate::algo::select::choose_with(&coll, &ctx, &processes()),
+            Algo::Direct
+        );
     }
 
     #[test]

@@ -762,6 +762,9 @@ mod tests {
             beta: B,
             peer: 0.0,
             mesh_beta: B,
+            staged_below: 0.0,
+            staged_cost: 1.0,
+            single_copy_alpha: 0.0,
         };
         CostModel {
             level0: LinkCost {

@@ -614,17 +614,17 @@ impl Communicator {
                 }
             );
         }
-        let model = with_overrides(
-            CostModel::for_ctx(&Ctx {
-                me: rank,
-                n,
-                elem: 1,
-                network,
-                topo: &topo,
-                deterministic: false,
-            }),
-            &cfg,
-        )?;
+        let mut model = CostModel::for_ctx(&Ctx {
+            me: rank,
+            n,
+            elem: 1,
+            network,
+            topo: &topo,
+            deterministic: false,
+        });
+        model.level0.staged_below =
+            staged_below(&table, cfg.force_network, cfg.env.shm_single_copy);
+        let model = with_overrides(model, &cfg)?;
         // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
         let trace = cfg.env.trace_file.as_deref().and_then(|t| {
             Tracer::open(t, rank, &name)
@@ -1345,6 +1345,24 @@ impl Drop for Communicator {
     }
 }
 
+/// Bytes below which messages between processes of one host are staged (the model's level0
+/// `staged_below`): shared-memory links read larger ones single-copy unless
+/// `HCCL_SHM_SINGLE_COPY=0`; between threads, and with no two processes on a host sharing
+/// memory, nothing is staged. Worked out from the rank table every rank holds, so the ranks
+/// still choose alike.
+fn staged_below(table: &[RankRecord], force_network: bool, single_copy: Option<bool>) -> f64 {
+    let mut first = HashMap::new();
+    let shm = !force_network
+        && table
+            .iter()
+            .any(|r| *first.entry(r.loc.host).or_insert(r.loc.process) != r.loc.process);
+    match (shm, single_copy) {
+        (false, _) => 0.0,
+        (true, Some(false)) => f64::INFINITY,
+        (true, _) => crate::transport::shm::SINGLE_COPY_MIN as f64,
+    }
+}
+
 /// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied, and the network of its
 /// `HCCL_TOPOLOGY_FILE` when one is given.
 fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
@@ -1421,5 +1439,32 @@ fn element_count(coll: &Coll, elem: usize) -> u64 {
             items.iter().map(|i| i.bytes as u64).sum::<u64>() / elem.max(1) as u64
         }
         Coll::Barrier => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(rank: u32, host: u64, process: u128) -> RankRecord {
+        RankRecord {
+            rank,
+            data_addr: "127.0.0.1:5000".parse().unwrap(),
+            loc: Location { host, process },
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn only_processes_sharing_a_host_stage() {
+        let threads = [rec(0, 1, 9), rec(1, 1, 9), rec(2, 2, 8), rec(3, 2, 8)];
+        let procs = [rec(0, 1, 9), rec(1, 1, 7), rec(2, 2, 8)];
+        let min = crate::transport::shm::SINGLE_COPY_MIN as f64;
+        assert_eq!(staged_below(&threads, false, None), 0.0);
+        assert_eq!(staged_below(&procs, false, None), min);
+        assert_eq!(staged_below(&procs, false, Some(true)), min);
+        assert_eq!(staged_below(&procs, false, Some(false)), f64::INFINITY);
+        // Sockets between the processes of a host: nothing goes through the rings.
+        assert_eq!(staged_below(&procs, true, None), 0.0);
     }
 }

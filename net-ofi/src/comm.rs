@@ -125,6 +125,12 @@ fn open_ep(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
         return Err(NetError::fabric("fi_endpoint", rc as i64));
     }
     let ep = Ep(raw);
+    let addr = ep_name(&ep)?;
+    Ok((ep, addr))
+}
+
+/// The address of an open endpoint or listener, as peers connect to it.
+fn ep_name(ep: &Ep) -> NetResult<Vec<u8>> {
     let mut addr = vec![0u8; MAX_ADDR];
     let mut len = MAX_ADDR;
     // SAFETY: addr has len writable bytes.
@@ -133,7 +139,7 @@ fn open_ep(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
         return Err(NetError::fabric("fi_getname", rc as i64));
     }
     addr.truncate(len);
-    Ok((ep, addr))
+    Ok(addr)
 }
 
 /// A listening passive endpoint (connected-endpoint devices) and its address.
@@ -145,14 +151,7 @@ fn open_msg_listener(dev: &Device) -> NetResult<(Ep, Vec<u8>)> {
         return Err(NetError::fabric("fi_listen", rc as i64));
     }
     let ep = Ep(raw);
-    let mut addr = vec![0u8; MAX_ADDR];
-    let mut len = MAX_ADDR;
-    // SAFETY: addr has len writable bytes.
-    let rc = unsafe { sys::hno_ep_name(ep.0, addr.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 {
-        return Err(NetError::fabric("fi_getname", rc as i64));
-    }
-    addr.truncate(len);
+    let addr = ep_name(&ep)?;
     Ok((ep, addr))
 }
 

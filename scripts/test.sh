@@ -4,16 +4,22 @@
 # seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-cargo fmt --all --check
-cargo clippy --workspace --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-cargo test --workspace
+# Runs one step and prints its wall time, so a slow step shows in the log.
+step() {
+    local t0=$SECONDS
+    "$@"
+    echo "test.sh: $(($SECONDS - t0))s: $*" >&2
+}
+step scripts/setup.sh
+step cargo fmt --all --check
+step cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" step cargo doc --workspace --no-deps
+step cargo test --workspace
 # Ranks that disagree across hosts again, through the net plugin (libfabric's tcp provider,
 # which the default leaves to the built-in TCP link).
-FI_PROVIDER=tcp cargo test --test mismatch
+FI_PROVIDER=tcp step cargo test --test mismatch
 # Every operation through libfabric's verbs provider where an RDMA device exists; shown, so that
 # its SKIPPED line (no device) is seen rather than counted as a pass.
 cargo test --test multihost plugin_verbs_all_ops -- --exact --nocapture
-scripts/python_tests.sh
-scripts/fuzz.sh 20
+step scripts/python_tests.sh
+step scripts/fuzz.sh 20

@@ -66,6 +66,9 @@ def launch(
     for k in ("TORCHELASTIC_RUN_ID", "HCCL_RANK", "HCCL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
               "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
         base.pop(k, None)
+    # One intra-op thread per rank, as torchrun sets for several ranks per host: more would
+    # oversubscribe the cores the ranks' collectives poll on.
+    base.setdefault("OMP_NUM_THREADS", "1")
     base.update(env or {})
     procs = []
     for r in range(n):

@@ -298,15 +298,20 @@ mod tests {
         // count alone.
         let before = host_cores();
         let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: an all-zero cpu_set_t is a valid empty set; the calls get its size.
-        let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut mask) }, 0);
         let here = current_cpu() as usize;
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(here, &mut one) };
-        assert_eq!(unsafe { libc::sched_setaffinity(0, size, &one) }, 0);
-        let bound = host_cores();
-        assert_eq!(unsafe { libc::sched_setaffinity(0, size, &mask) }, 0);
+        // SAFETY: all-zero cpu_set_t values are valid empty sets, `here` is a CPU this thread
+        // runs on (so within the set's capacity), and every call gets the set's size; the
+        // thread's own mask is restored before the block ends.
+        let (got, set, bound, restored) = unsafe {
+            let mut mask: libc::cpu_set_t = std::mem::zeroed();
+            let got = libc::sched_getaffinity(0, size, &mut mask);
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(here, &mut one);
+            let set = libc::sched_setaffinity(0, size, &one);
+            let bound = host_cores();
+            (got, set, bound, libc::sched_setaffinity(0, size, &mask))
+        };
+        assert_eq!((got, set, restored), (0, 0, 0));
         assert_eq!(bound, before);
         assert!(before >= 1);
     }

@@ -402,7 +402,7 @@ impl Endpoint {
     }
 
     /// [`Endpoint::wait_all`] with its deadline `timeout` from when it starts to wait: first up
-    /// to [`QUICK_PASSES`] passes of progress, which read no clock, then the full wait. For the
+    /// to 64 passes of progress, which read no clock, then the full wait. For the
     /// small-message path, whose messages usually land within those passes: a clock read costs
     /// about as much as the rest of such a call.
     pub fn wait_all_for(

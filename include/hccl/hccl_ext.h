@@ -102,7 +102,8 @@ typedef struct HcclExtCommStats {
      */
     uint64_t level1BytesRecv;
     /*
-     Nanoseconds this rank spent running operations.
+     Nanoseconds this rank spent running operations, small-message ones excepted (they read
+     no clock).
      */
     uint64_t timeNs;
 } HcclExtCommStats;

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -14,10 +14,11 @@ use super::bootstrap::{self, RankRecord, RootAddr, RootListener};
 use super::calibrate;
 use super::compressed::{self, Compressed};
 use super::config::CommConfig;
+use super::order::Order;
 use super::rank_table::RankTable;
 use super::root_info::RootInfo;
 use super::segment;
-use super::stats::{CommStats, Traffic};
+use super::stats::{CommStats, StatCells, Traffic};
 use crate::algo::cost::CostModel;
 use crate::algo::{self, Algo, Coll, Ctx};
 use crate::base::dtype::{DataType, ReduceOp};
@@ -145,7 +146,10 @@ pub struct Communicator {
     async_err: Mutex<Option<Error>>,
     /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
     trace: Option<Tracer>,
-    stats: Mutex<CommStats>,
+    /// Recorded under `inner`'s lock, read without it.
+    stats: StatCells,
+    /// The issue order of this communicator's operations (see [`super::dispatch`]).
+    order: Order,
 }
 
 /// Marks a communicator in use for the lifetime of the guard.
@@ -518,7 +522,7 @@ impl Communicator {
                 }
             }
             if !local.is_empty() {
-                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+                let cores = crate::transport::backoff::host_cores();
                 let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
                 let below =
                     crate::transport::shm::single_copy_max(cfg.env.shm_single_copy, local.len());
@@ -656,7 +660,8 @@ impl Communicator {
             }),
             state: AtomicU64::new(0),
             async_err: Mutex::new(None),
-            stats: Mutex::new(CommStats::default()),
+            stats: StatCells::default(),
+            order: Order::default(),
         })
     }
 
@@ -693,6 +698,11 @@ impl Communicator {
     /// The location of every rank.
     pub fn locations(&self) -> Vec<Location> {
         self.table.iter().map(|r| r.loc).collect()
+    }
+
+    /// The issue order of this communicator's operations.
+    pub fn order(&self) -> &Order {
+        &self.order
     }
 
     /// Marks the communicator busy; fails once it has been destroyed.
@@ -750,33 +760,44 @@ impl Communicator {
     /// like any that leaves messages half exchanged, breaks the communicator: every later call
     /// fails with `HCCL_E_UNAVAIL` naming the first error, and the communicator can only be
     /// destroyed.
+    ///
+    /// A call on the small-message path reads no clock unless it waits (see [`small::run`]),
+    /// so it is not counted in the busy time.
     pub fn execute(&self, args: &OpArgs) -> Result<()> {
         let _busy = self.enter()?;
         let mut inner = self.inner.lock();
-        let t0 = Instant::now();
         let comp = self.compression_of(args);
-        // The one clock read of a call: it times the call and starts its deadline.
-        let r = match &comp {
-            Some(c) => self.run_compressed(&mut inner, args, c, t0),
-            None => self.run_plan(&mut inner, args, t0),
+        let (r, ns) = match &comp {
+            Some(c) => {
+                // The one clock read of a call: it times the call and starts its deadline.
+                let t0 = Instant::now();
+                let r = self.run_compressed(&mut inner, args, c, t0);
+                (r, t0.elapsed().as_nanos() as u64)
+            }
+            None => {
+                let mut ns = 0;
+                (self.run_plan(&mut inner, args, &mut ns), ns)
+            }
         };
-        let ns = t0.elapsed().as_nanos() as u64;
         let (ok, traffic) = match &r {
             Ok(t) => (true, *t),
             Err(_) => (false, Traffic::default()),
         };
-        self.stats.lock().record(ok, comp.is_some(), traffic, ns);
+        // Under the lock: one recorder at a time.
+        self.stats.record(ok, comp.is_some(), traffic, ns);
         r.map(|_| ())
     }
 
     /// The counters of this rank.
     pub fn stats(&self) -> CommStats {
-        *self.stats.lock()
+        self.stats.get()
     }
 
-    /// Starts the counters of this rank over from zero.
+    /// Starts the counters of this rank over from zero (once a running operation has
+    /// recorded its own).
     pub fn reset_stats(&self) {
-        *self.stats.lock() = CommStats::default();
+        let _inner = self.inner.lock();
+        self.stats.reset();
     }
 
     /// The compression an operation runs with: its own, or `HCCL_COMPRESSION`'s for a SUM
@@ -896,8 +917,9 @@ impl Communicator {
         r
     }
 
-    /// Runs `args` through its (cached) plan of schedules; `t0` is when the call started.
-    fn run_plan(&self, inner: &mut Inner, args: &OpArgs, t0: Instant) -> Result<Traffic> {
+    /// Runs `args` through its (cached) plan of schedules, setting `ns` to the time it took
+    /// (left alone on the small path, which reads no clock unless it waits).
+    fn run_plan(&self, inner: &mut Inner, args: &OpArgs, ns: &mut u64) -> Result<Traffic> {
         let elem = args.dtype.size();
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.
@@ -909,9 +931,11 @@ impl Communicator {
                 let same = l.dtype == args.dtype && l.op == args.op;
                 (l.plan.clone(), same.then_some(l.tag))
             });
+        let mut t0 = None;
         let (plan, last_tag) = match last {
             Some(hit) => hit,
             None => {
+                t0 = Some(Instant::now());
                 let key = (args.coll.clone(), elem);
                 let plan = match inner.plans.get(&key) {
                     Some(p) => p.clone(),
@@ -940,7 +964,6 @@ impl Communicator {
             inner.scratch.resize(words, 0);
         }
         let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
-        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         let scratch = inner.scratch.as_mut_ptr() as usize;
         let call = match last_tag {
             Some(t) => t.with_seq(seq),
@@ -966,15 +989,35 @@ impl Communicator {
             &mut inner.p2p,
         );
         if let Some(s) = &plan.small {
+            let timeout = self.cfg.exec_timeout;
             return self
-                .run_small(&mut inner.ep, args, s, red, dl, scratch, &mut tags)
+                .run_small(&mut inner.ep, args, s, red, timeout, scratch, &mut tags)
                 .map(|()| plan.traffic);
         }
-        if let Some(t) = &self.trace {
-            return self
-                .execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
-                .map(|()| plan.traffic);
-        }
+        let t0 = t0.unwrap_or_else(Instant::now);
+        let dl = self.cfg.exec_timeout.map(|d| t0 + d);
+        let r = match &self.trace {
+            Some(t) => {
+                self.execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
+            }
+            None => self.run_parts(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags),
+        };
+        *ns = t0.elapsed().as_nanos() as u64;
+        r.map(|()| plan.traffic)
+    }
+
+    /// Runs the parts of `plan` in turn.
+    #[allow(clippy::too_many_arguments)]
+    fn run_parts(
+        &self,
+        ep: &mut Endpoint,
+        args: &OpArgs,
+        plan: &PlanData,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        scratch: usize,
+        tags: &mut OpTags,
+    ) -> Result<()> {
         for part in plan.parts.iter() {
             let bufs = Buffers {
                 send: args.send + part.send_off,
@@ -985,17 +1028,7 @@ impl Communicator {
             };
             // SAFETY: the ffi layer validated buffer sizes against the operation's counts, and
             // every segment addresses a slice of the operation's buffers.
-            let r = unsafe {
-                executor::run(
-                    &mut inner.ep,
-                    &part.sched,
-                    &bufs,
-                    red,
-                    dl,
-                    &mut tags,
-                    &part.notices,
-                )
-            };
+            let r = unsafe { executor::run(ep, &part.sched, &bufs, red, dl, tags, &part.notices) };
             r.map_err(|e| {
                 let e = e.context(format!(
                     "comm {} rank {} {} ({} algorithm)",
@@ -1003,13 +1036,13 @@ impl Communicator {
                 ));
                 // Only failures that broke the links poison the communicator; a call rejected
                 // before anything moved leaves it healthy.
-                if inner.ep.broken().is_some() {
+                if ep.broken().is_some() {
                     self.record_async_error(&e);
                 }
                 e
             })?;
         }
-        Ok(plan.traffic)
+        Ok(())
     }
 
     /// Runs `args` on the small-message path (see [`small`]), traced as one step (its single
@@ -1021,7 +1054,7 @@ impl Communicator {
         args: &OpArgs,
         s: &Small,
         red: Option<crate::transport::ReduceFn>,
-        dl: Option<Instant>,
+        timeout: Option<Duration>,
         scratch: usize,
         tags: &mut OpTags,
     ) -> Result<()> {
@@ -1034,7 +1067,7 @@ impl Communicator {
         };
         // SAFETY: the ffi layer validated the buffers against the operation's counts, and the
         // scratch holds what the path needs (grown before the call).
-        let r = unsafe { small::run(ep, s, &bufs, red, dl, tags) }.map_err(|e| {
+        let r = unsafe { small::run(ep, s, &bufs, red, timeout, tags) }.map_err(|e| {
             let e = e.context(format!(
                 "comm {} rank {} {} ({} path)",
                 self.name,

@@ -11,20 +11,17 @@
 //! Every rank must run a communicator's operations in the order they were issued, but two
 //! operations issued on different streams would otherwise race for the communicator. Each
 //! communicator therefore hands out tickets at issue time and runs operations strictly in ticket
-//! order, whichever thread (caller or stream worker) runs them.
+//! order, whichever thread (caller or stream worker) runs them (see [`super::order`]); the
+//! tickets live in the communicator, so a call looks nothing up to find them.
 
-use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
-
-use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 
 use super::communicator::{Communicator, OpArgs};
 use super::group;
 use super::host_runtime::{self, HostRuntime};
+use super::order::Order;
 use crate::base::error::{Error, ErrorKind, Result};
 
 /// ACL status codes that mean the stream handle itself was bad.
@@ -49,86 +46,16 @@ pub fn dispatch_reusing(
         group::record(comm, args);
         return Ok(());
     }
-    let order = order_of(&comm);
     if stream != 0 {
         if let Some(rt) = host_runtime::get() {
-            return enqueue(rt, comm, args, stream, order);
+            return enqueue(rt, comm, args, stream);
         }
     }
+    let order = comm.order();
     let (ticket, ready) = order.take_now();
-    let r = run_in_turn(&comm, &args, &order, ticket, ready);
+    let r = run_in_turn(&comm, &args, order, ticket, ready);
     reuse(args);
     r
-}
-
-/// Issue order of one communicator's operations.
-#[derive(Default)]
-struct Order {
-    st: Mutex<OrderState>,
-    turn: Condvar,
-}
-
-#[derive(Default)]
-struct OrderState {
-    /// The next ticket to hand out.
-    next: u64,
-    /// Every ticket below this one has finished.
-    serving: u64,
-    /// Finished tickets above `serving` (a waiter that gave up, or finished out of turn).
-    done: BTreeSet<u64>,
-}
-
-impl Order {
-    fn take(&self) -> u64 {
-        let mut s = self.st.lock();
-        s.next += 1;
-        s.next - 1
-    }
-
-    /// Takes a ticket, telling whether every earlier one has finished already (the common case of
-    /// a caller that runs its operation at once: one lock instead of two).
-    fn take_now(&self) -> (u64, bool) {
-        let mut s = self.st.lock();
-        s.next += 1;
-        (s.next - 1, s.serving >= s.next - 1)
-    }
-
-    /// Waits until every earlier ticket has finished; false on timeout.
-    fn wait_turn(&self, ticket: u64, timeout: Option<Duration>) -> bool {
-        let mut s = self.st.lock();
-        if s.serving >= ticket {
-            // The common case (nothing earlier outstanding) reads no clock.
-            return true;
-        }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        while s.serving < ticket {
-            match deadline {
-                None => self.turn.wait(&mut s),
-                Some(d) => {
-                    if self.turn.wait_until(&mut s, d).timed_out() && s.serving < ticket {
-                        return false;
-                    }
-                }
-            }
-        }
-        true
-    }
-
-    fn finish(&self, ticket: u64) {
-        let mut s = self.st.lock();
-        // In-order completion (the common case) needs no set insertion, so no allocation.
-        if ticket == s.serving {
-            s.serving += 1;
-        } else {
-            s.done.insert(ticket);
-        }
-        while s.done.first() == Some(&s.serving) {
-            s.done.pop_first();
-            s.serving += 1;
-        }
-        drop(s);
-        self.turn.notify_all();
-    }
 }
 
 /// Finishes a ticket however the operation ends (error or panic included).
@@ -138,51 +65,6 @@ impl Drop for Turn<'_> {
     fn drop(&mut self) {
         self.0.finish(self.1);
     }
-}
-
-/// Whether `w` refers to the communicator `comm`. Comparing addresses is enough: a `Weak`
-/// keeps its allocation from being reused, so a live communicator at the same address is the
-/// same one.
-fn same(w: &Weak<Communicator>, comm: &Arc<Communicator>) -> bool {
-    std::ptr::eq(w.as_ptr(), Arc::as_ptr(comm))
-}
-
-/// The issue order of `comm`, created on first use. Keyed by address; an entry whose
-/// communicator is gone is replaced (a dead communicator has no ticket outstanding). Each
-/// thread remembers the last one it used, so back-to-back calls on one communicator take no
-/// global lock.
-fn order_of(comm: &Arc<Communicator>) -> Arc<Order> {
-    type Entry = (Weak<Communicator>, Arc<Order>);
-    thread_local! {
-        static LAST: RefCell<Option<Entry>> = const { RefCell::new(None) };
-    }
-    let cached = LAST.with_borrow(|l| {
-        l.as_ref()
-            .filter(|(w, _)| same(w, comm))
-            .map(|(_, o)| Arc::clone(o))
-    });
-    if let Some(o) = cached {
-        return o;
-    }
-    let o = order_of_global(comm);
-    LAST.set(Some((Arc::downgrade(comm), Arc::clone(&o))));
-    o
-}
-
-fn order_of_global(comm: &Arc<Communicator>) -> Arc<Order> {
-    type Table = HashMap<usize, (Weak<Communicator>, Arc<Order>)>;
-    static ORDERS: OnceLock<Mutex<Table>> = OnceLock::new();
-    let mut t = ORDERS.get_or_init(Mutex::default).lock();
-    let key = Arc::as_ptr(comm) as usize;
-    if let Some((w, o)) = t.get(&key) {
-        if same(w, comm) {
-            return Arc::clone(o);
-        }
-    }
-    t.retain(|_, (w, _)| w.strong_count() > 0);
-    let o = Arc::new(Order::default());
-    t.insert(key, (Arc::downgrade(comm), Arc::clone(&o)));
-    o
 }
 
 /// Runs `args` once `ticket`'s turn has come (`ready`: known to have come already).
@@ -218,19 +100,16 @@ fn run_in_turn(
 pub struct Issued {
     comm: Arc<Communicator>,
     args: OpArgs,
-    order: Arc<Order>,
     ticket: u64,
     ran: bool,
 }
 
 /// Takes `args`'s place in `comm`'s order now, to run later with [`Issued::run`].
 pub fn issue(comm: Arc<Communicator>, args: OpArgs) -> Issued {
-    let order = order_of(&comm);
-    let ticket = order.take();
+    let ticket = comm.order().take();
     Issued {
         comm,
         args,
-        order,
         ticket,
         ran: false,
     }
@@ -241,7 +120,13 @@ impl Issued {
     /// finished (or the execution timeout has passed waiting for them).
     pub fn run(mut self) -> Result<()> {
         self.ran = true;
-        run_in_turn(&self.comm, &self.args, &self.order, self.ticket, false)
+        run_in_turn(
+            &self.comm,
+            &self.args,
+            self.comm.order(),
+            self.ticket,
+            false,
+        )
     }
 
     /// The operation.
@@ -258,7 +143,7 @@ impl Issued {
 impl Drop for Issued {
     fn drop(&mut self) {
         if !self.ran {
-            self.order.finish(self.ticket);
+            self.comm.order().finish(self.ticket);
         }
     }
 }
@@ -269,18 +154,11 @@ struct Job {
     stream: usize,
 }
 
-fn enqueue(
-    rt: HostRuntime,
-    comm: Arc<Communicator>,
-    args: OpArgs,
-    stream: usize,
-    order: Arc<Order>,
-) -> Result<()> {
-    let ticket = order.take();
+fn enqueue(rt: HostRuntime, comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
+    let ticket = comm.order().take();
     let op = Issued {
         comm,
         args,
-        order,
         ticket,
         ran: false,
     };
@@ -339,50 +217,5 @@ unsafe extern "C" fn run_job(arg: *mut c_void) -> i32 {
             comm.record_async_error(&e);
             e.kind.code() as i32
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::mpsc;
-
-    #[test]
-    fn tickets_run_in_issue_order_whatever_thread_waits_first() {
-        let order = Arc::new(Order::default());
-        let tickets: Vec<u64> = (0..4).map(|_| order.take()).collect();
-        let (tx, rx) = mpsc::channel();
-        // Start the waiters in reverse order: each must still run after all earlier tickets.
-        let handles: Vec<_> = tickets
-            .iter()
-            .rev()
-            .map(|&t| {
-                let (order, tx) = (Arc::clone(&order), tx.clone());
-                std::thread::spawn(move || {
-                    assert!(order.wait_turn(t, Some(Duration::from_secs(20))));
-                    tx.send(t).unwrap();
-                    order.finish(t);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        drop(tx);
-        assert_eq!(rx.iter().collect::<Vec<_>>(), tickets);
-    }
-
-    #[test]
-    fn waiting_times_out_and_a_given_up_ticket_does_not_block_later_ones() {
-        let order = Order::default();
-        let (a, b, c) = (order.take(), order.take(), order.take());
-        assert!(!order.wait_turn(b, Some(Duration::from_millis(20))));
-        order.finish(b);
-        // `a` still runs first; `c` waits for it, then passes the abandoned `b`.
-        assert!(!order.wait_turn(c, Some(Duration::from_millis(1))));
-        order.finish(a);
-        assert!(order.wait_turn(c, Some(Duration::from_millis(1))));
-        order.finish(c);
-        assert_eq!(order.st.lock().serving, 3);
     }
 }

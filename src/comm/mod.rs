@@ -1,7 +1,7 @@
 //! Communicators: bootstrap (root info, rank tables, sub-communicators), configuration, the
 //! handle registry, groups, the dispatch of an operation (now, on a stream, or in a group), the
-//! in-order queue that runs issued operations on a worker thread, and the launcher's world
-//! (ranks from mpirun, torchrun or hcclrun variables).
+//! issue order of its operations, the in-order queue that runs issued operations on a worker
+//! thread, and the launcher's world (ranks from mpirun, torchrun or hcclrun variables).
 
 pub mod bootstrap;
 pub mod calibrate;
@@ -11,6 +11,7 @@ pub mod config;
 pub mod dispatch;
 pub mod group;
 pub mod host_runtime;
+pub mod order;
 pub mod queue;
 pub mod rank_table;
 pub mod registry;

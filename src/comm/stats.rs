@@ -3,6 +3,8 @@
 //! other hosts). Bytes are what the schedules move, counted once per finished operation; a
 //! rank's transfers to itself are not traffic.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use crate::algo::{Action, Schedule, Topo};
 
 /// Bytes a schedule moves, per link level.
@@ -51,7 +53,9 @@ pub struct CommStats {
     pub failed_ops: u64,
     /// Payload bytes, per link level.
     pub traffic: Traffic,
-    /// Nanoseconds spent running operations (from this rank's start to its end of each).
+    /// Nanoseconds spent running operations (from this rank's start to its end of each),
+    /// except those of the small-message path, which read no clock (a clock read costs about
+    /// as much as the rest of such a call).
     pub busy_ns: u64,
 }
 
@@ -65,6 +69,73 @@ impl CommStats {
             self.traffic = self.traffic.plus(traffic);
         } else {
             self.failed_ops += 1;
+        }
+    }
+}
+
+/// [`CommStats`] kept where readers need no lock: one cell per counter. Only the thread whose
+/// turn it is (see [`super::order`]) records, so a record is plain loads and stores, with no
+/// read-modify-write; a reader may see one operation half counted across fields.
+#[derive(Debug, Default)]
+pub struct StatCells {
+    ops: AtomicU64,
+    compressed_ops: AtomicU64,
+    failed_ops: AtomicU64,
+    sent: [AtomicU64; 2],
+    recv: [AtomicU64; 2],
+    busy_ns: AtomicU64,
+}
+
+/// Adds `v` to `cell`, written by one thread at a time.
+fn bump(cell: &AtomicU64, v: u64) {
+    cell.store(cell.load(Relaxed).wrapping_add(v), Relaxed);
+}
+
+impl StatCells {
+    /// Counts one operation (see [`CommStats::record`]). Callers must not record concurrently.
+    pub fn record(&self, ok: bool, compressed: bool, traffic: Traffic, ns: u64) {
+        if ns > 0 {
+            bump(&self.busy_ns, ns);
+        }
+        if !ok {
+            bump(&self.failed_ops, 1);
+            return;
+        }
+        bump(&self.ops, 1);
+        if compressed {
+            bump(&self.compressed_ops, 1);
+        }
+        for l in 0..2 {
+            bump(&self.sent[l], traffic.sent[l]);
+            bump(&self.recv[l], traffic.recv[l]);
+        }
+    }
+
+    /// The counters now.
+    pub fn get(&self) -> CommStats {
+        let r = |c: &AtomicU64| c.load(Relaxed);
+        CommStats {
+            ops: r(&self.ops),
+            compressed_ops: r(&self.compressed_ops),
+            failed_ops: r(&self.failed_ops),
+            traffic: Traffic {
+                sent: [r(&self.sent[0]), r(&self.sent[1])],
+                recv: [r(&self.recv[0]), r(&self.recv[1])],
+            },
+            busy_ns: r(&self.busy_ns),
+        }
+    }
+
+    /// Starts every counter over from zero. Callers must not record concurrently.
+    pub fn reset(&self) {
+        let cells = [
+            &self.ops,
+            &self.compressed_ops,
+            &self.failed_ops,
+            &self.busy_ns,
+        ];
+        for c in cells.into_iter().chain(&self.sent).chain(&self.recv) {
+            c.store(0, Relaxed);
         }
     }
 }
@@ -117,5 +188,12 @@ mod tests {
             (2, 1, 1, 15)
         );
         assert_eq!(st.traffic.sent, [20, 200]);
+        let cells = StatCells::default();
+        cells.record(true, false, t, 5);
+        cells.record(false, true, t, 5);
+        cells.record(true, true, t, 5);
+        assert_eq!(cells.get(), st);
+        cells.reset();
+        assert_eq!(cells.get(), CommStats::default());
     }
 }

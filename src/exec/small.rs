@@ -48,7 +48,7 @@ use crate::algo::{Coll, P2pItem};
 use crate::base::error::Result;
 use crate::transport::tag::Tag;
 use crate::transport::{Endpoint, Expectation, LinkInfo, ReduceFn};
-use std::time::Instant;
+use std::time::Duration;
 
 /// Largest input per rank (bytes) that takes the small path.
 pub const MAX_BYTES: usize = 4096;
@@ -368,7 +368,9 @@ pub struct Bufs<'a> {
     pub ext: &'a [usize],
 }
 
-/// Runs one small operation: sends every message, waits once, finishes locally.
+/// Runs one small operation: sends every message, waits once, finishes locally. The clock is
+/// read only when the call has to wait longer than a few hundred polls: its deadline,
+/// `timeout` from then, starts there (see [`Endpoint::wait_all_for`]).
 ///
 /// # Safety
 /// The buffers must be the operation's as validated for its counts (`recv` of a Reduce leaf and
@@ -379,11 +381,11 @@ pub unsafe fn run(
     s: &Small,
     bufs: &Bufs<'_>,
     red: Option<ReduceFn>,
-    deadline: Option<Instant>,
+    timeout: Option<Duration>,
     tags: &mut OpTags,
 ) -> Result<()> {
     // SAFETY: forwarded to the caller.
-    let r = unsafe { exchange(ep, s, bufs, red, deadline, tags) };
+    let r = unsafe { exchange(ep, s, bufs, red, timeout, tags) };
     if let Err(e) = &r {
         // Posted transfers must not outlive the call: peers would touch buffers the caller is
         // about to reuse.
@@ -403,7 +405,7 @@ unsafe fn exchange(
     s: &Small,
     bufs: &Bufs<'_>,
     red: Option<ReduceFn>,
-    deadline: Option<Instant>,
+    timeout: Option<Duration>,
     tags: &mut OpTags,
 ) -> Result<()> {
     let (send, recv, scratch) = (bufs.send, bufs.recv, bufs.scratch);
@@ -430,30 +432,17 @@ unsafe fn exchange(
                 _ if rs => (send + p as usize * b) as *const u8,
                 _ => send as *const u8,
             };
-            for p in s.peers() {
-                let tag = tags.to(p, b);
-                // SAFETY: `src(p)` holds `b` bytes (the caller's contract) and stays valid and
-                // unmodified until `wait_all` (or its abort) retires the transfer.
-                unsafe { send_to(ep, p, src(p), b, tag) }?;
-            }
-            // The inputs leave before the receives are posted: that is what the peers wait for.
-            if ep.pending() {
-                ep.push()?;
-            }
-            let mut posted = false;
-            for p in s.peers() {
-                let tag = tags.from(p, b);
-                let dst = if b == 0 { nothing } else { slot(p) };
-                // SAFETY: slot `p` of the scratch holds `b` bytes and nobody else touches it
-                // until `wait_all` returns.
-                posted |= unsafe { receive(ep, p, dst, b, tag) }?;
-            }
+            let dst = |p: u32| if b == 0 { nothing } else { slot(p) };
+            // SAFETY: `src(p)` holds `b` bytes (the caller's contract) and stays valid and
+            // unmodified until `finish` (or its abort) retires the transfer; slot `p` of the
+            // scratch holds `b` bytes and nobody else touches it until `finish` returns.
+            let posted = unsafe { swap_all(ep, s, tags, b, src, dst) }?;
             if b > 0 {
                 // SAFETY: the own slot is not posted; `send` may alias `recv`, so it is copied
                 // before `recv` is written.
                 unsafe { std::ptr::copy_nonoverlapping(src(me), slot(me), b) };
             }
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
             if s.kind != Kind::Barrier {
                 // SAFETY: every slot is filled and `recv` holds `b` bytes.
                 unsafe { combine(s, red, recv as *mut u8, slot)? };
@@ -469,22 +458,10 @@ unsafe fn exchange(
                 true => (recv + s.blocks[p as usize].1) as *mut u8,
                 false => (recv + p as usize * b) as *mut u8,
             };
-            for p in s.peers() {
-                let tag = tags.to(p, b);
-                // SAFETY: as for AllReduce: the block holds `b` bytes.
-                unsafe { send_to(ep, p, src(p), b, tag) }?;
-            }
-            if ep.pending() {
-                ep.push()?;
-            }
-            let mut posted = false;
-            for p in s.peers() {
-                let tag = tags.from(p, b);
-                // SAFETY: block `p` of `recv` holds `b` bytes and nobody else touches it until
-                // `wait_all` returns.
-                posted |= unsafe { receive(ep, p, dst(p), b, tag) }?;
-            }
-            finish(ep, posted, deadline, tags)?;
+            // SAFETY: as for AllReduce: every block of `send` and `recv` holds `b` bytes, and
+            // nobody else touches the received ones until `finish` returns.
+            let posted = unsafe { swap_all(ep, s, tags, b, src, dst) }?;
+            finish(ep, posted, timeout, tags)?;
             // SAFETY: the own blocks hold `b` bytes each (the caller's contract); in place they
             // are the same bytes, which `copy` allows.
             unsafe { std::ptr::copy(src(me), dst(me), b) };
@@ -511,7 +488,7 @@ unsafe fn exchange(
                     posted |= unsafe { receive(ep, it.peer, at, len, tag) }?;
                 }
             }
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
         }
         Kind::Reduce { root } if root == me => {
             let mut posted = false;
@@ -527,7 +504,7 @@ unsafe fn exchange(
             }
             // SAFETY: as for AllReduce.
             unsafe { std::ptr::copy_nonoverlapping(send as *const u8, slot(me), b) };
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
             // SAFETY: as for AllReduce.
             unsafe { combine(s, red, recv as *mut u8, slot)? };
         }
@@ -541,7 +518,7 @@ unsafe fn exchange(
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
             unsafe { send_to(ep, root, send as *const u8, b, tag) }?;
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
             let scatter = matches!(s.kind, Kind::Scatter { .. });
@@ -565,7 +542,7 @@ unsafe fn exchange(
                     std::ptr::copy((send + me as usize * b) as *const u8, recv as *mut u8, b)
                 };
             }
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } => {
             if !s.is_eager(root) {
@@ -576,10 +553,43 @@ unsafe fn exchange(
             // SAFETY: `recv` holds `b` bytes and nobody else touches it until `wait_all`
             // returns.
             let posted = unsafe { receive(ep, root, recv as *mut u8, b, tag) }?;
-            finish(ep, posted, deadline, tags)?;
+            finish(ep, posted, timeout, tags)?;
         }
     }
     Ok(())
+}
+
+/// Sends `b` bytes at `src(p)` to every peer `p`, moves what had to be queued, then receives
+/// `b` bytes from every peer `p` into `dst(p)`: the one exchange of the operations that swap
+/// data with every peer. Returns whether it posted a receive (see [`receive`]).
+///
+/// # Safety
+/// `src(p)` must be valid for reads of `b` bytes and stay unmodified until [`finish`] returns;
+/// `dst(p)` valid for writes of `b` bytes and untouched by anyone else until then.
+unsafe fn swap_all(
+    ep: &mut Endpoint,
+    s: &Small,
+    tags: &mut OpTags,
+    b: usize,
+    src: impl Fn(u32) -> *const u8,
+    dst: impl Fn(u32) -> *mut u8,
+) -> Result<bool> {
+    for p in s.peers() {
+        let tag = tags.to(p, b);
+        // SAFETY: forwarded from the caller.
+        unsafe { send_to(ep, p, src(p), b, tag) }?;
+    }
+    // The inputs leave before the receives are posted: that is what the peers wait for.
+    if ep.pending() {
+        ep.push()?;
+    }
+    let mut posted = false;
+    for p in s.peers() {
+        let tag = tags.from(p, b);
+        // SAFETY: forwarded from the caller.
+        posted |= unsafe { receive(ep, p, dst(p), b, tag) }?;
+    }
+    Ok(posted)
 }
 
 /// Sends `len` bytes at `src` tagged `tag` to `peer`: straight into the link when nothing is
@@ -627,12 +637,13 @@ unsafe fn receive(
     Ok(true)
 }
 
-/// Completes what the call posted: waits when it posted anything. When every message was taken
-/// straight from its link and every send has left, nothing is pending and the wait (with its
-/// look at the bell that senders ring) is skipped.
-fn finish(ep: &mut Endpoint, posted: bool, deadline: Option<Instant>, tags: &OpTags) -> Result<()> {
+/// Completes what the call posted: waits when it posted anything, failing `timeout` after the
+/// wait starts to spin. When every message was taken straight from its link and every send has
+/// left, nothing is pending and the wait (with its look at the bell that senders ring) is
+/// skipped.
+fn finish(ep: &mut Endpoint, posted: bool, timeout: Option<Duration>, tags: &OpTags) -> Result<()> {
     if posted || ep.pending() {
-        ep.wait_all(deadline, Some(tags as &dyn Expectation))?;
+        ep.wait_all_for(timeout, Some(tags as &dyn Expectation))?;
     }
     Ok(())
 }

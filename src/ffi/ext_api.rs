@@ -82,7 +82,8 @@ pub struct HcclExtCommStats {
     pub level1BytesSent: u64,
     /// Bytes this rank received over level1 links.
     pub level1BytesRecv: u64,
-    /// Nanoseconds this rank spent running operations.
+    /// Nanoseconds this rank spent running operations, small-message ones excepted (they read
+    /// no clock).
     pub timeNs: u64,
 }
 

@@ -114,6 +114,49 @@ fn move_off_cpu() -> Option<u32> {
     (moved && now != here).then_some(now)
 }
 
+/// The CPUs this host gives its ranks: the online CPUs, or fewer when the process's control
+/// group allows fewer (cgroup v2 CPU set or quota). Not the calling thread's affinity mask:
+/// launchers such as `mpirun` bind each rank to a core of its own, and a rank that counted its
+/// own mask would take two ranks on two cores for a crowded host and yield its core on every
+/// wait instead of spinning (each yield a system call and, when anything else is runnable, a
+/// time slice lost).
+pub fn host_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let mut cores = if online > 0 { online as usize } else { 1 };
+    let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok();
+    if let Some(n) = read("cpuset.cpus.effective").and_then(|s| cpu_list_len(s.trim())) {
+        cores = cores.min(n.max(1));
+    }
+    if let Some(n) = read("cpu.max").and_then(|s| quota_cpus(s.trim())) {
+        cores = cores.min(n);
+    }
+    cores
+}
+
+/// The number of CPUs in a kernel CPU list (`0-3,8,10-11`); `None` when it does not parse.
+fn cpu_list_len(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        n += match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+                b.checked_sub(a)? + 1
+            }
+            None => part.parse::<usize>().map(|_| 1).ok()?,
+        };
+    }
+    Some(n)
+}
+
+/// The whole CPUs a cgroup v2 `cpu.max` (`QUOTA PERIOD`, or `max PERIOD`) allows, at least one;
+/// `None` without a quota.
+fn quota_cpus(max: &str) -> Option<usize> {
+    let (q, p) = max.split_once(' ')?;
+    let (q, p) = (q.parse::<u64>().ok()?, p.parse::<u64>().ok()?);
+    (p > 0).then(|| (q.div_ceil(p) as usize).max(1))
+}
+
 /// A waiting policy for one rank.
 #[derive(Debug)]
 pub struct Backoff {
@@ -126,8 +169,7 @@ pub struct Backoff {
 impl Backoff {
     /// The policy for a rank on a host running `host_ranks` ranks.
     pub fn for_host(host_ranks: usize) -> Backoff {
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        Backoff::new(host_ranks > cores)
+        Backoff::new(host_ranks > host_cores())
     }
 
     /// The policy for a host whose ranks outnumber its cores (`crowded`) or not.
@@ -241,6 +283,37 @@ mod tests {
             withdrawn: 0,
             peer_here: false,
         }
+    }
+
+    #[test]
+    fn host_cores_ignore_the_affinity_mask() {
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("5"), Some(1));
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("x"), None);
+        assert_eq!(quota_cpus("max 100000"), None);
+        assert_eq!(quota_cpus("150000 100000"), Some(2));
+        assert_eq!(quota_cpus("1000 100000"), Some(1));
+        // Narrowing this thread's mask to one CPU (as a launcher's binding does) leaves the
+        // count alone.
+        let before = host_cores();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let here = current_cpu() as usize;
+        // SAFETY: all-zero cpu_set_t values are valid empty sets, `here` is a CPU this thread
+        // runs on (so within the set's capacity), and every call gets the set's size; the
+        // thread's own mask is restored before the block ends.
+        let (got, set, bound, restored) = unsafe {
+            let mut mask: libc::cpu_set_t = std::mem::zeroed();
+            let got = libc::sched_getaffinity(0, size, &mut mask);
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(here, &mut one);
+            let set = libc::sched_setaffinity(0, size, &one);
+            let bound = host_cores();
+            (got, set, bound, libc::sched_setaffinity(0, size, &mask))
+        };
+        assert_eq!((got, set, restored), (0, 0, 0));
+        assert_eq!(bound, before);
+        assert!(before >= 1);
     }
 
     #[test]

@@ -52,6 +52,11 @@ impl<W: Wait> Wait for BellWait<'_, W> {
 }
 
 impl Doorbell {
+    /// Whether its owner's host runs more ranks than it has cores (waits then yield, not spin).
+    pub fn crowded(&self) -> bool {
+        self.backoff.crowded()
+    }
+
     /// Creates a doorbell backed by a futex word and a non-blocking eventfd, for an endpoint
     /// whose process runs `local_ranks` ranks (which decides how long waiters spin).
     pub fn new(local_ranks: usize) -> Result<Doorbell> {

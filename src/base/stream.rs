@@ -29,8 +29,33 @@ pub unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
 }
 
+/// [`copy_streaming`] at every length (no [`STREAM_MIN`] threshold) and without the fence, for
+/// a caller that streams many pieces and then calls [`fence`] once before publishing them.
+///
+/// # Safety
+/// As for [`copy_streaming`].
+pub unsafe fn stream_unfenced(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        stream_body_x86(src, dst, len)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 unsafe fn copy_streaming_x86(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { stream_body_x86(src, dst, len) };
+    fence();
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream_body_x86(src: *const u8, dst: *mut u8, len: usize) {
     // Plain copy up to the destination's first 16-byte boundary; streaming stores need it.
     let head = dst.align_offset(16).min(len);
     // SAFETY: head ≤ len bytes of both ranges, per the contract.
@@ -45,7 +70,6 @@ unsafe fn copy_streaming_x86(src: *const u8, dst: *mut u8, len: usize) {
     }
     // SAFETY: the tail lies within both ranges.
     unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
-    fence();
 }
 
 /// Bytes [`store_line`] writes: one cache line.

@@ -28,6 +28,7 @@ use crate::base::limits::MAX_RANKS;
 use crate::base::topology::{self, fnv64, Location};
 use crate::exec::executor::{self, Buffers};
 use crate::exec::identity::{self, Inbound, Notice, OpTags, P2pCounters};
+use crate::exec::push;
 use crate::exec::small::{self, Small};
 use crate::exec::trace::{OpTrace, PeerTraffic, StepTrace, Tracer};
 use crate::transport::acceptor::{self, Acceptor, Whitelist};
@@ -85,6 +86,8 @@ struct PlanData {
     traffic: Traffic,
     /// The small-message path that runs instead of the parts (which are then empty).
     small: Option<Small>,
+    /// Whether the write path between threads ([`push`]) runs instead of the parts (empty).
+    push: bool,
     /// What the parts' sends tell their links: the whole operation's size, which segments and
     /// pipelined chunks do not show.
     send_hint: SendHint,
@@ -996,6 +999,11 @@ impl Communicator {
         }
         let t0 = t0.unwrap_or_else(Instant::now);
         let dl = self.cfg.exec_timeout.map(|d| t0 + d);
+        if plan.push {
+            let r = self.run_push(&mut inner.ep, args, red, dl, &call, plan.traffic);
+            *ns = t0.elapsed().as_nanos() as u64;
+            return r.map(|()| plan.traffic);
+        }
         let r = match &self.trace {
             Some(t) => {
                 self.execute_traced(&mut inner.ep, args, &plan, red, dl, scratch, &mut tags, t)
@@ -1188,6 +1196,9 @@ impl Communicator {
         if let Some(plan) = self.small_plan(args, &inner.ep) {
             return Ok(plan);
         }
+        if let Some(plan) = self.push_plan(args, &inner.ep) {
+            return Ok(plan);
+        }
         let mut parts: Vec<Part> = if self.size > 1 && nothing_to_move(&args.coll) {
             // Nothing to move, but the ranks must still agree that nothing is what they called:
             // the empty operation runs as a barrier of tagged messages.
@@ -1224,6 +1235,7 @@ impl Communicator {
             template: identity::template(&args.coll),
             traffic,
             small: None,
+            push: false,
             send_hint: SendHint {
                 op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
             },
@@ -1249,8 +1261,94 @@ impl Communicator {
                 recv: [recv, 0],
             },
             small: Some(s),
+            push: false,
             send_hint: SendHint::default(),
         }))
+    }
+
+    /// The plan of `args` on the write path between threads (see [`push`]), when it takes it:
+    /// a large AllReduce, every peer a thread of this process (so every rank decides alike) and
+    /// no algorithm forced by `HCCL_ALGO`.
+    fn push_plan(&self, args: &OpArgs, ep: &Endpoint) -> Option<Plan> {
+        let Coll::AllReduce { count } = args.coll else {
+            return None;
+        };
+        let bytes = count * args.dtype.size();
+        if !push::applies(ep, bytes) || self.cfg.algo_spec.forced(&args.coll).is_some() {
+            return None;
+        }
+        // This rank reads its block of every peer's input and writes it into every peer's
+        // output.
+        let n = self.size as u64;
+        let moved = (n - 1) * (bytes as u64 / n);
+        Some(Arc::new(PlanData {
+            parts: Vec::new(),
+            inbound: Vec::new(),
+            template: identity::template(&args.coll),
+            traffic: Traffic {
+                sent: [moved, 0],
+                recv: [moved, 0],
+            },
+            small: None,
+            push: true,
+            send_hint: SendHint::default(),
+        }))
+    }
+
+    /// Runs the AllReduce `args` of `count` elements tagged `call` on the write path (see
+    /// [`push`]), traced as one step when tracing is on.
+    fn run_push(
+        &self,
+        ep: &mut Endpoint,
+        args: &OpArgs,
+        red: Option<crate::transport::ReduceFn>,
+        dl: Option<Instant>,
+        call: &Tag,
+        traffic: Traffic,
+    ) -> Result<()> {
+        let start = self.trace.as_ref().map(|_| Instant::now());
+        let count = element_count(&args.coll, args.dtype.size()) as usize;
+        let red =
+            red.ok_or_else(|| Error::new(ErrorKind::Internal, "AllReduce without an operator"))?;
+        // SAFETY: the ffi layer validated both buffers against the operation's count.
+        let r = unsafe { push::allreduce(ep, args.send, args.recv, count, &red, dl, call) }
+            .map_err(|e| {
+                let e = e.context(format!(
+                    "comm {} rank {} {} ({} path)",
+                    self.name,
+                    self.rank,
+                    args.name,
+                    push::ALGO
+                ));
+                if ep.broken().is_some() {
+                    self.record_async_error(&e);
+                }
+                e
+            });
+        if let (Some(t), Some(start)) = (&self.trace, start) {
+            let end = Instant::now();
+            let peers = (0..self.size)
+                .filter(|&p| p != self.rank)
+                .map(|peer| PeerTraffic {
+                    peer,
+                    sent: traffic.sent[0] / (self.size as u64 - 1),
+                    received: traffic.recv[0] / (self.size as u64 - 1),
+                    link: ep.link_info(peer),
+                })
+                .collect();
+            t.record(&OpTrace {
+                op: args.name,
+                dtype: args.dtype.name(),
+                count: count as u64,
+                reduce: args.op.map(|o| o.name()),
+                algorithms: &[push::ALGO],
+                start,
+                end,
+                error: r.as_ref().err().map(|e| e.msg.as_str()),
+                steps: &[StepTrace { start, end, peers }],
+            });
+        }
+        r
     }
 
     /// The schedules of `args` (see [`Communicator::make_plan`]).

@@ -4,6 +4,7 @@
 pub mod compress;
 pub mod executor;
 pub mod identity;
+pub mod push;
 pub mod reduce;
 pub mod small;
 pub mod trace;

@@ -14,10 +14,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::backoff::NO_CPU;
+use super::backoff::{Until, NO_CPU};
 use super::doorbell::Doorbell;
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
 use super::tag::Tag;
@@ -29,6 +30,9 @@ use crate::base::stream::{copy_streaming, STREAM_MIN};
 pub const EAGER_MAX: usize = 64;
 /// Most messages of a pair that may wait untaken while an eager send completes.
 pub const EAGER_DEPTH: u64 = 8;
+/// Longest sleep of a rank waiting in [`InprocFabric::push_enter`] or
+/// [`InprocFabric::push_finish`] before it looks again (its peers ring it on every change).
+const PUSH_TICK_MS: i32 = 50;
 /// Operations of at least this many bytes ([`SendHint::op_bytes`]) have their plain receives
 /// of [`STREAM_MIN`] bytes or more copied with streaming stores: such an operation's buffers
 /// do not fit in this machine's caches, so the destination lines would be read from memory
@@ -68,6 +72,32 @@ pub struct InprocFabric {
     fail_why: Mutex<Option<Error>>,
     /// Per rank, the operation it last found itself stuck in (see `Medium::publish_stuck`).
     stuck: Vec<Mutex<Option<Tag>>>,
+    /// Per rank, its part in the current or last operation run by [`InprocFabric::push_enter`].
+    push: Mutex<Vec<PushSlot>>,
+}
+
+/// What a rank publishes for an operation in which ranks write into each other's buffers.
+#[derive(Clone, Copy, Debug, Default)]
+struct PushSlot {
+    /// Operations of this kind the rank has published (the current one's number).
+    posted: u64,
+    /// The last one it entered (began to read and write its peers' buffers in).
+    entered: u64,
+    /// The last one it finished.
+    done: u64,
+    tag: Option<Tag>,
+    bufs: PushBufs,
+}
+
+/// A rank's input and output in an operation run by [`InprocFabric::push_enter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PushBufs {
+    /// Address of the input.
+    pub send: usize,
+    /// Address of the output.
+    pub recv: usize,
+    /// Bytes of each.
+    pub len: usize,
 }
 
 /// A communicator's fabric in the process-wide registry.
@@ -121,6 +151,7 @@ impl InprocFabric {
                     failed: AtomicBool::new(false),
                     fail_why: Mutex::new(None),
                     stuck: (0..n).map(|_| Mutex::new(None)).collect(),
+                    push: Mutex::new(vec![PushSlot::default(); n]),
                 });
                 reg.insert(
                     key,
@@ -187,6 +218,146 @@ impl InprocFabric {
         }
         let why = self.fail_why.lock().clone()?;
         Some(super::propagated(why, "another rank of this process"))
+    }
+
+    /// Publishes rank `me`'s buffers for an operation tagged `tag` in which every rank reads
+    /// every other rank's input and writes into its output, and waits until every rank has
+    /// published the same operation; returns every rank's buffers, in rank order. From then on
+    /// the caller may read its peers' inputs and write their outputs, and must call
+    /// [`InprocFabric::push_finish`] (also when it fails later), which returns only once no
+    /// rank touches its buffers any more.
+    ///
+    /// A rank that published another operation, or that waits for a message of another
+    /// operation from this rank, fails the fabric with `HCCL_E_PARA` on every rank; so does
+    /// `deadline` passing (a remote failure). A failed call has made no rank enter.
+    pub fn push_enter(
+        &self,
+        me: usize,
+        tag: &Tag,
+        bufs: PushBufs,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<PushBufs>> {
+        let my_gen = {
+            let mut p = self.push.lock();
+            p[me].posted += 1;
+            p[me].tag = Some(*tag);
+            p[me].bufs = bufs;
+            p[me].posted
+        };
+        self.ring_all();
+        let bell = self.bells[me].get().cloned();
+        let mut stalls = 0u32;
+        loop {
+            let seen = bell.as_ref().map(|b| b.seq());
+            {
+                let mut p = self.push.lock();
+                if let Some(e) = self.failure() {
+                    return Err(e);
+                }
+                let mut all = true;
+                for (r, s) in p.iter().enumerate() {
+                    if s.posted < my_gen {
+                        all = false;
+                    } else if s.tag != Some(*tag) || s.bufs.len != bufs.len {
+                        let e = match s.tag {
+                            Some(t) if t != *tag => {
+                                super::tag::mismatch(&t, tag, r as u32, me as u32)
+                            }
+                            _ => Error::new(
+                                ErrorKind::Para,
+                                format!(
+                                    "message size mismatch: rank {r} passed {} bytes, rank {me} {}",
+                                    s.bufs.len, bufs.len
+                                ),
+                            ),
+                        };
+                        // Failed under the lock: no rank enters once it is failed.
+                        self.fail(&e);
+                        drop(p);
+                        return Err(e);
+                    }
+                }
+                if all {
+                    p[me].entered = my_gen;
+                    return Ok(p.iter().map(|s| s.bufs).collect());
+                }
+                // A peer that runs another operation waits in it with a message for this rank
+                // or says where it is stuck: that is a mismatch, not a slow peer.
+                if stalls > 0 {
+                    if let Some(e) = self.push_stray(me, tag) {
+                        self.fail(&e);
+                        drop(p);
+                        return Err(e);
+                    }
+                    *self.stuck[me].lock() = Some(*tag);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    let e = Error::new(
+                        ErrorKind::Remote,
+                        "timed out waiting for every rank of this process to join the operation",
+                    );
+                    self.fail(&e);
+                    drop(p);
+                    return Err(e);
+                }
+            }
+            stalls += 1;
+            if let (Some(b), Some(seen)) = (&bell, seen) {
+                b.wait(seen, &mut [], PUSH_TICK_MS, &mut Until(|| false));
+            }
+        }
+    }
+
+    /// The mismatch a peer's queued message or published stall shows while rank `me` waits
+    /// in the operation tagged `tag`: a peer in an operation of the same number that is not
+    /// this one (every rank that called this one publishes instead of sending).
+    fn push_stray(&self, me: usize, tag: &Tag) -> Option<Error> {
+        (0..self.n).filter(|&p| p != me).find_map(|p| {
+            let queued = self.peek_tag(p, me).filter(|t| t.seq() == tag.seq());
+            let stuck = (*self.stuck[p].lock()).filter(|t| t.seq() == tag.seq() && t != tag);
+            queued
+                .or(stuck)
+                .map(|t| super::tag::mismatch(&t, tag, p as u32, me as u32))
+        })
+    }
+
+    /// Ends rank `me`'s part in the operation it entered with [`InprocFabric::push_enter`] and
+    /// waits until every rank that entered it has finished, so that nothing reads or writes
+    /// this rank's buffers after the return. The wait has no deadline: the ranks it waits for
+    /// only compute and never wait themselves between entering and finishing.
+    pub fn push_finish(&self, me: usize) {
+        let gen = {
+            let mut p = self.push.lock();
+            let g = p[me].entered;
+            p[me].done = g;
+            g
+        };
+        *self.stuck[me].lock() = None;
+        self.ring_all();
+        let bell = self.bells[me].get().cloned();
+        loop {
+            let seen = bell.as_ref().map(|b| b.seq());
+            {
+                let p = self.push.lock();
+                // A peer that has not entered this operation once the fabric failed never will
+                // (it enters only while the fabric is sound, under this lock).
+                let failed = self.failed.load(Ordering::SeqCst);
+                if p.iter()
+                    .all(|s| s.done >= gen || (failed && s.entered < gen))
+                {
+                    return;
+                }
+            }
+            if let (Some(b), Some(seen)) = (&bell, seen) {
+                b.wait(seen, &mut [], PUSH_TICK_MS, &mut Until(|| false));
+            }
+        }
+    }
+
+    fn ring_all(&self) {
+        for b in self.bells.iter().filter_map(OnceLock::get) {
+            b.ring();
+        }
     }
 
     /// Posts a send of `len` bytes at `ptr` from `src` to `dst`; returns the sequence number
@@ -493,6 +664,10 @@ impl Link for MemoryLink {
 
     fn peer_cpu(&self) -> u32 {
         self.fabric.cpu_of(self.peer)
+    }
+
+    fn inproc(&self) -> Option<Arc<InprocFabric>> {
+        Some(self.fabric.clone())
     }
 
     fn abort(&mut self, _why: &Error) {

@@ -240,6 +240,13 @@ pub trait Link: Send {
         NO_CPU
     }
 
+    /// The fabric of ranks that are threads of this process, when the peer is one of them:
+    /// operations may then read and write the peer's buffers directly (see
+    /// [`super::inproc::InprocFabric::push_enter`]).
+    fn inproc(&self) -> Option<Arc<super::inproc::InprocFabric>> {
+        None
+    }
+
     /// A descriptor whose hang-up means the peer's process is gone, when the link has one: a
     /// rank that loses one such link looks at the others to name the peer really lost.
     fn hangup_fd(&self) -> Option<RawFd> {

@@ -238,6 +238,27 @@ impl Endpoint {
         self.links[peer as usize].info()
     }
 
+    /// The fabric every peer of this rank shares with it when all of them are threads of this
+    /// process (see [`Link::inproc`]); `None` when any is not, or when the endpoint is broken.
+    pub fn inproc_fabric(&self) -> Option<Arc<inproc::InprocFabric>> {
+        if self.broken.is_some() {
+            return None;
+        }
+        let mut found: Option<Arc<inproc::InprocFabric>> = None;
+        for (p, l) in self.links.iter().enumerate() {
+            if p == self.me as usize {
+                continue;
+            }
+            let f = l.inproc()?;
+            match &found {
+                Some(g) if !Arc::ptr_eq(g, &f) => return None,
+                Some(_) => {}
+                None => found = Some(f),
+            }
+        }
+        found
+    }
+
     /// The error that broke this endpoint, if a previous operation failed mid-way.
     pub fn broken(&self) -> Option<&Error> {
         self.broken.as_ref()

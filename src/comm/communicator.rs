@@ -1193,6 +1193,7 @@ impl Communicator {
             small: None,
             send_hint: SendHint {
                 op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
+                stored: args.coll.stores_only(),
             },
         }))
     }

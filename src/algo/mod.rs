@@ -73,6 +73,21 @@ pub enum Coll {
     Barrier,
 }
 
+impl Coll {
+    /// Whether every receive of the operation stores what arrives (none reduces it).
+    pub fn stores_only(&self) -> bool {
+        matches!(
+            self,
+            Coll::Broadcast { .. }
+                | Coll::AllGather { .. }
+                | Coll::AllGatherV { .. }
+                | Coll::Scatter { .. }
+                | Coll::AlltoAllV { .. }
+                | Coll::P2p { .. }
+        )
+    }
+}
+
 /// One point-to-point transfer of a `Coll::P2p`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct P2pItem {

@@ -1238,6 +1238,7 @@ impl Communicator {
             push: false,
             send_hint: SendHint {
                 op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
+                stored: args.coll.stores_only(),
             },
         }))
     }

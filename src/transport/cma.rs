@@ -1,5 +1,6 @@
 //! Cross-memory attach: copying straight out of another process's address space with
-//! `process_vm_readv`, so a large message between processes costs one copy instead of two.
+//! `process_vm_readv` (or into it with `process_vm_writev`), so a large message between
+//! processes costs one copy instead of two, and sender and receiver can share that copy.
 //!
 //! The kernel allows it when the caller may ptrace the target (same user and no Yama
 //! restriction, or privileges). Whether it works is probed once per peer at connect time, and
@@ -45,6 +46,45 @@ pub unsafe fn read_from(pid: i32, remote: usize, local: *mut u8, len: usize) -> 
     Ok(())
 }
 
+/// Copies `len` bytes at `local` to `remote` in process `pid`, looping over partial writes.
+///
+/// # Safety
+/// `local` must be valid for reads of `len` bytes, and the `len` bytes at `remote` must be
+/// memory that process `pid` lets this process write (the kernel checks that they are mapped
+/// and writable; it cannot check that `pid` expects them written).
+pub unsafe fn write_to(pid: i32, local: *const u8, remote: usize, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec {
+            // SAFETY: done < len, inside the caller's buffer.
+            iov_base: unsafe { local.add(done) } as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the local iovec lies in the caller's readable buffer; the kernel checks the
+        // remote one.
+        let n = unsafe { libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_writev moved no bytes",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
 /// Whether this process may read 8 bytes at `remote` in `pid` and finds `expect` there.
 pub fn probe(pid: i32, remote: usize, expect: u64) -> bool {
     let mut v = 0u64;
@@ -68,9 +108,15 @@ mod tests {
         let word = 0x1234_5678_9abc_def0u64;
         assert!(probe(pid, &word as *const u64 as usize, word));
         assert!(!probe(pid, &word as *const u64 as usize, word ^ 1));
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: src is valid for reads of its length; back is this process's own buffer.
+        unsafe { write_to(pid, src.as_ptr(), back.as_mut_ptr() as usize, src.len()) }.unwrap();
+        assert_eq!(src, back);
         // Page zero is never mapped: the kernel reports EFAULT.
         let mut b = [0u8; 8];
         // SAFETY: b is valid for 8 bytes.
         assert!(unsafe { read_from(pid, 8, b.as_mut_ptr(), 8) }.is_err());
+        // SAFETY: b is valid for 8 bytes; the remote address is unmapped.
+        assert!(unsafe { write_to(pid, b.as_ptr(), 8, 8) }.is_err());
     }
 }

@@ -49,6 +49,9 @@ pub struct SendHint {
     /// writes in it (0: unknown, the message stands alone). A pipelined chunk of a large
     /// operation streams through memory, a message of a cache-sized one mostly does not.
     pub op_bytes: usize,
+    /// Every receive of the operation stores what arrives; none reduces it (Broadcast,
+    /// AllGather, Scatter, AlltoAll, Send/Recv).
+    pub stored: bool,
 }
 
 /// How a waiting endpoint learns that an active link may progress.

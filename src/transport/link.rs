@@ -49,6 +49,11 @@ pub struct SendHint {
     /// writes in it (0: unknown, the message stands alone). A pipelined chunk of a large
     /// operation streams through memory, a message of a cache-sized one mostly does not.
     pub op_bytes: usize,
+    /// Stage the message at any size, never read it single-copy: set for a Reduce between
+    /// processes of one host, whose receivers reduce what arrives while their senders would
+    /// otherwise idle. Staged, a sender's copy into the link overlaps its receiver's reduction
+    /// out of it; read single-copy, the receiver copies and reduces alone.
+    pub staged: bool,
 }
 
 /// How a waiting endpoint learns that an active link may progress.

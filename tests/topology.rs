@@ -67,6 +67,7 @@ fn the_file_reaches_the_selector() {
         network: false,
         topo: &topo,
         deterministic: false,
+        processes: false,
     };
     let model: CostModel = with[0].cost_model();
     let mut changed = Vec::new();

@@ -174,10 +174,24 @@ pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
     s
 }
 
-/// Largest Reduce between two ranks of one host that runs as one message to the root. Up to
-/// here the second step's wait cost more than the root reducing the whole message alone
+/// Largest Reduce between two threads of one process that runs as one message to the root. Up
+/// to here the second step's wait cost more than the root reducing the whole message alone
 /// (64-512 KiB measured 2-10x faster in one step); beyond, both ranks reducing half pays.
+/// Between two processes the message is staged (see [`one_message_reduce`]) at any size.
 pub const ONE_STEP_REDUCE_MAX: usize = 1 << 20;
+
+/// Whether `coll` is a Reduce that runs as one message from the leaf to the root: two ranks of
+/// one host, up to [`ONE_STEP_REDUCE_MAX`] between threads and at any size between processes.
+/// There the leaf's copy into the shared-memory ring overlaps the root's reduction out of it,
+/// so both cores work on every chunk: 2-3x the reduce-scatter and gather form from 2 MiB to
+/// 64 MiB (which synchronises twice and moves half the data twice), and 2-3x reading the
+/// leaf's buffer single-copy, where the root copies and reduces alone.
+pub fn one_message_reduce(coll: &Coll, ctx: &Ctx) -> bool {
+    let Coll::Reduce { count, .. } = *coll else {
+        return false;
+    };
+    ctx.n == 2 && !ctx.network && (ctx.processes || count * ctx.elem <= ONE_STEP_REDUCE_MAX)
+}
 
 /// Chunk of the memory-link reduce-scatter: well inside a core's L2 cache.
 const RS_CHUNK_BYTES: usize = 256 * 1024;
@@ -302,7 +316,7 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
         });
         return s;
     }
-    if n == 2 && !ctx.network && count * es <= ONE_STEP_REDUCE_MAX {
+    if one_message_reduce(&Coll::Reduce { count, root }, ctx) {
         // The leaf sends its whole input and the root reduces it into its output: one message
         // and one wait instead of a reduce-scatter step and a gather step.
         let all = Span::new(Buf::Send, 0, count * es);

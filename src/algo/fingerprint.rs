@@ -1056,6 +1056,7 @@ mod tests {
                     network: true,
                     topo,
                     deterministic: true,
+                    processes: false,
                 };
                 build(coll, &ctx, algo)
             })

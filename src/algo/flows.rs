@@ -870,6 +870,7 @@ mod tests {
                     network: true,
                     topo: &topo,
                     deterministic: false,
+                    processes: false,
                 };
                 chain::broadcast(&ctx, bytes, 0).finish()
             })
@@ -980,6 +981,7 @@ mod tests {
                     network: true,
                     topo,
                     deterministic: false,
+                    processes: false,
                 };
                 super::super::build(coll, &ctx, algo)
             })

@@ -116,6 +116,9 @@ pub struct Ctx<'a> {
     /// Reductions must combine contributions in an order fixed by the schedule alone
     /// (`HCCL_DETERMINISTIC`), never in message arrival order.
     pub deterministic: bool,
+    /// Ranks of one host are processes linked by shared memory, not threads of one process
+    /// (worked out from the rank table, so every rank agrees).
+    pub processes: bool,
 }
 
 /// An algorithm family.
@@ -310,6 +313,7 @@ pub fn build_each<T: Send>(
                                 network: true,
                                 topo,
                                 deterministic,
+                                processes: false,
                             };
                             keep(me, build(&coll_of(me), &ctx, algo))
                         })

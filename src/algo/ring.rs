@@ -282,6 +282,7 @@ mod tests {
                         network: true,
                         topo: &topo,
                         deterministic: false,
+                        processes: false,
                     };
                     let scheds: Vec<Schedule> = (0..n)
                         .map(|r| allreduce_chunked(&ctx(r), count, chunks).finish())

@@ -638,6 +638,7 @@ pub fn check(
                 network: true,
                 topo,
                 deterministic,
+                processes: false,
             };
             build(&coll_of(me), &ctx, algo)
         })

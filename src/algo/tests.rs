@@ -48,6 +48,7 @@ fn ctx(me: usize, n: usize, network: bool) -> Ctx<'static> {
         network,
         topo: flat(n),
         deterministic: false,
+        processes: false,
     }
 }
 
@@ -226,6 +227,39 @@ fn reduce_all_shapes() {
                     },
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn two_process_reduce_is_one_message_at_any_size() {
+    // Above the threads' one-message limit: processes stage one message to the root, threads
+    // reduce half each and gather; both sum exactly.
+    let count = crate::algo::direct::ONE_STEP_REDUCE_MAX / ES + 3;
+    for processes in [true, false] {
+        for root in [0u32, 1] {
+            let coll = Coll::Reduce { count, root };
+            let scheds: Vec<Schedule> = (0..2)
+                .map(|r| {
+                    let c = Ctx {
+                        processes,
+                        ..ctx(r, 2, false)
+                    };
+                    build(&coll, &c, Algo::Direct)
+                })
+                .collect();
+            let steps = if processes { 1 } else { 2 };
+            assert!(scheds.iter().all(|s| s.steps.len() == steps), "{processes}");
+            let mut bufs: Vec<RankBufs> = (0..2)
+                .map(|r| RankBufs {
+                    send: to_bytes(&(0..count).map(|i| val(r, i)).collect::<Vec<_>>()),
+                    recv: to_bytes(&fill(count)),
+                    ..Default::default()
+                })
+                .collect();
+            run(&scheds, &mut bufs, &add).unwrap();
+            let out = from_bytes(&bufs[root as usize].recv);
+            assert!((0..count).all(|i| out[i] == val(0, i).wrapping_add(val(1, i))));
         }
     }
 }
@@ -521,6 +555,7 @@ fn symbolic_catches_a_broken_schedule() {
                 network: true,
                 topo: &topo,
                 deterministic: true,
+                processes: false,
             };
             build(&coll, &ctx, Algo::Ring)
         })
@@ -544,6 +579,7 @@ fn direct_is_order_dependent_only_when_allowed() {
                     network: false,
                     topo: &topo,
                     deterministic: det,
+                    processes: false,
                 };
                 build(&coll, &ctx, Algo::Direct)
             })
@@ -609,6 +645,7 @@ fn hier_ctx(topo: &Topo, me: u32, elem: usize, det: bool) -> Ctx<'_> {
         network: true,
         topo,
         deterministic: det,
+        processes: false,
     }
 }
 

@@ -140,6 +140,8 @@ pub struct Communicator {
     table: Vec<RankRecord>,
     cfg: CommConfig,
     network: bool,
+    /// Ranks of one host are processes over shared memory ([`Ctx::processes`]).
+    processes: bool,
     /// Which ranks share a host, as the algorithms see it.
     topo: algo::Topo,
     creator: ThreadId,
@@ -424,6 +426,7 @@ impl Communicator {
             network: self.network,
             topo: &self.topo,
             deterministic: self.cfg.deterministic != Deterministic::Off,
+            processes: self.processes,
         }
     }
 
@@ -628,9 +631,11 @@ impl Communicator {
             network,
             topo: &topo,
             deterministic: false,
+            processes: false,
         });
         model.level0.staged_below =
             staged_below(&table, cfg.force_network, cfg.env.shm_single_copy);
+        let processes = model.level0.staged_below > 0.0;
         let model = with_overrides(model, &cfg)?;
         // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
         let trace = cfg.env.trace_file.as_deref().and_then(|t| {
@@ -648,6 +653,7 @@ impl Communicator {
             table,
             cfg,
             network,
+            processes,
             topo,
             creator: std::thread::current().id(),
             inner: Mutex::new(Inner {
@@ -1229,6 +1235,14 @@ impl Communicator {
             .iter()
             .map(|p| Traffic::of(&p.sched, self.rank, &self.topo))
             .fold(Traffic::default(), Traffic::plus);
+        // A Reduce between a few processes stages its messages unless `HCCL_SHM_SINGLE_COPY`
+        // says otherwise: the senders' copies then overlap the receivers' reductions (see
+        // `transport::shm::STAGED_REDUCE_MAX_RANKS`).
+        let staged = matches!(args.coll, Coll::Reduce { .. })
+            && self.processes
+            && self.size <= crate::transport::shm::STAGED_REDUCE_MAX_RANKS
+            && self.cfg.env.shm_single_copy.is_none()
+            && parts.iter().all(|p| p.sched.algo == "direct");
         Ok(Arc::new(PlanData {
             parts,
             inbound,
@@ -1239,6 +1253,7 @@ impl Communicator {
             send_hint: SendHint {
                 op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
                 stored: args.coll.stores_only(),
+                staged,
             },
         }))
     }

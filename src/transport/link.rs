@@ -52,6 +52,11 @@ pub struct SendHint {
     /// Every receive of the operation stores what arrives; none reduces it (Broadcast,
     /// AllGather, Scatter, AlltoAll, Send/Recv).
     pub stored: bool,
+    /// Stage the message at any size, never read it single-copy: set for a Reduce between
+    /// processes of one host, whose receivers reduce what arrives while their senders would
+    /// otherwise idle. Staged, a sender's copy into the link overlaps its receiver's reduction
+    /// out of it; read single-copy, the receiver copies and reduces alone.
+    pub staged: bool,
 }
 
 /// How a waiting endpoint learns that an active link may progress.

@@ -84,6 +84,11 @@ pub const SINGLE_COPY_MAX_ONE_PEER: usize = 1 << 20;
 /// the cache, each staged byte costs a memory write and read more, and single copy pays at any
 /// size.
 pub const SINGLE_COPY_MIN_PEERS: usize = 2;
+/// Largest communicator whose Reduce stages every shared-memory message (see
+/// [`SendHint::staged`]). Measured on a 2-core VM, staged over single copy: 2 processes 2-3x
+/// from 128 KiB to 64 MiB, 4 processes 1.5-2x from 128 KiB to 4 MiB; 8 processes 0.6-0.85x from
+/// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
+pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 
 /// The largest message a rank with `peers` same-host peers in other processes reads
 /// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says
@@ -569,6 +574,8 @@ struct TxOp {
     op_bytes: usize,
     /// Whether its receives only store ([`SendHint::stored`]).
     stored: bool,
+    /// [`SendHint::staged`].
+    staged: bool,
     off: usize,
     cma: bool,
     published: bool,
@@ -642,9 +649,14 @@ impl ShmLink {
     /// its one-way messages are shared copies ([`SHARED_COPY_MIN`]), 1.4-2x faster than staged
     /// ones from 2 to 8 MiB (two-process Broadcast), which swung 7x between launches. Only the
     /// sender decides (the slot says which way the message comes), so ranks that decide
-    /// differently still deliver the same bytes.
-    fn single_copy_for(&self, len: usize, op_bytes: usize, stored: bool) -> bool {
-        if !self.single_copy || len < SINGLE_COPY_MIN || self.single_copy_max < SINGLE_COPY_MIN {
+    /// differently still deliver the same bytes. A message its operation wants staged
+    /// ([`SendHint::staged`]) is staged at any size.
+    fn single_copy_for(&self, len: usize, op_bytes: usize, stored: bool, staged: bool) -> bool {
+        if staged
+            || !self.single_copy
+            || len < SINGLE_COPY_MIN
+            || self.single_copy_max < SINGLE_COPY_MIN
+        {
             return false;
         }
         if self.single_copy_max == usize::MAX || stored {
@@ -677,7 +689,7 @@ impl ShmLink {
             }
             if self.tx[i].off == 0 {
                 let op = &self.tx[i];
-                self.tx[i].cma = self.single_copy_for(op.len, op.op_bytes, op.stored);
+                self.tx[i].cma = self.single_copy_for(op.len, op.op_bytes, op.stored, op.staged);
             }
             loop {
                 if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -1212,6 +1224,7 @@ impl Link for ShmLink {
             tag,
             op_bytes: hint.op_bytes,
             stored: hint.stored,
+            staged: hint.staged,
             off: 0,
             // Decided at the first slot (`single_copy_for`).
             cma: false,
@@ -2176,6 +2189,37 @@ mod tests {
             dst.iter().filter(|&&v| v == 9).count(),
             2 * share_chunk(len)
         );
+    }
+
+    #[test]
+    fn a_staged_hint_stages_at_any_size_and_delivers_the_same_reduction() {
+        let len = 3 << 20;
+        let staged = SendHint {
+            staged: true,
+            ..SendHint::default()
+        };
+        let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        // Single copy at any size (several peers) and up to its limit (one peer).
+        for max in [usize::MAX, SINGLE_COPY_MAX_ONE_PEER] {
+            let (mut a, mut b) = links_max(1 << 20, max);
+            for (hint, want) in [(staged, false), (SendHint::default(), max == usize::MAX)] {
+                let src: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+                let mut dst: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+                // SAFETY: buffers outlive the drive below.
+                unsafe {
+                    a.post_send_hinted(src.as_ptr(), len, T, hint).unwrap();
+                    b.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
+                        .unwrap();
+                }
+                assert!(a.progress_tx());
+                let what = format!("max {max} {hint:?}");
+                assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
+                drive(&mut a, &mut b).unwrap();
+                let exact =
+                    (0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8));
+                assert!(exact, "{what}");
+            }
+        }
     }
 
     #[test]

@@ -1237,10 +1237,12 @@ impl Communicator {
             .fold(Traffic::default(), Traffic::plus);
         // A Reduce between a few processes stages its messages unless `HCCL_SHM_SINGLE_COPY`
         // says otherwise: the senders' copies then overlap the receivers' reductions (see
-        // `transport::shm::STAGED_REDUCE_MAX_RANKS`).
+        // `transport::shm::STAGED_REDUCE_MAX_RANKS` and `STAGED_REDUCE_MIN_RANKS`).
         let staged = matches!(args.coll, Coll::Reduce { .. })
             && self.processes
-            && self.size <= crate::transport::shm::STAGED_REDUCE_MAX_RANKS
+            && (crate::transport::shm::STAGED_REDUCE_MIN_RANKS
+                ..=crate::transport::shm::STAGED_REDUCE_MAX_RANKS)
+                .contains(&self.size)
             && self.cfg.env.shm_single_copy.is_none()
             && parts.iter().all(|p| p.sched.algo == "direct");
         Ok(Arc::new(PlanData {

@@ -89,6 +89,11 @@ pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 /// from 128 KiB to 64 MiB, 4 processes 1.5-2x from 128 KiB to 4 MiB; 8 processes 0.6-0.85x from
 /// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
 pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
+/// Smallest communicator whose Reduce stages every shared-memory message. Two processes were
+/// 2-3x faster staged in some launches and 3-4x slower in others (the staged copy's collapse to
+/// ~2 GB/s, unexplained, 8 KiB-512 KiB on a quiet 2-core VM), where single copy held 0.8-1x
+/// Open MPI in every launch, so two processes keep single copy up to its per-peer limit.
+pub const STAGED_REDUCE_MIN_RANKS: u32 = 3;
 
 /// The largest message a rank with `peers` same-host peers in other processes reads
 /// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says

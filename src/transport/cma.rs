@@ -14,6 +14,40 @@ use std::io;
 /// `local` must be valid for writes of `len` bytes. `remote` is checked by the kernel (a bad
 /// address yields `EFAULT`, never undefined behaviour in this process).
 pub unsafe fn read_from(pid: i32, remote: usize, local: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller's contract; the local side is written.
+    unsafe { transfer(pid, local, remote, len, Way::Read) }
+}
+
+/// Copies `len` bytes at `local` to `remote` in process `pid`, looping over partial writes.
+///
+/// # Safety
+/// `local` must be valid for reads of `len` bytes, and the `len` bytes at `remote` must be
+/// memory that process `pid` lets this process write (the kernel checks that they are mapped
+/// and writable; it cannot check that `pid` expects them written).
+pub unsafe fn write_to(pid: i32, local: *const u8, remote: usize, len: usize) -> io::Result<()> {
+    // SAFETY: the caller's contract; the local side is only read.
+    unsafe { transfer(pid, local.cast_mut(), remote, len, Way::Write) }
+}
+
+/// Which way [`transfer`] moves the bytes.
+#[derive(Clone, Copy)]
+enum Way {
+    Read,
+    Write,
+}
+
+/// Moves `len` bytes between `local` and `remote` in process `pid`, looping over partial
+/// transfers and interrupted calls.
+///
+/// # Safety
+/// As [`read_from`] for [`Way::Read`] and [`write_to`] for [`Way::Write`].
+unsafe fn transfer(
+    pid: i32,
+    local: *mut u8,
+    remote: usize,
+    len: usize,
+    way: Way,
+) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
         let liov = libc::iovec {
@@ -25,9 +59,14 @@ pub unsafe fn read_from(pid: i32, remote: usize, local: *mut u8, len: usize) -> 
             iov_base: (remote + done) as *mut libc::c_void,
             iov_len: len - done,
         };
-        // SAFETY: the local iovec lies in the caller's writable buffer; the kernel checks the
-        // remote one.
-        let n = unsafe { libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0) };
+        // SAFETY: the local iovec lies in the caller's buffer (writable for a read); the kernel
+        // checks the remote one.
+        let n = unsafe {
+            match way {
+                Way::Read => libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0),
+                Way::Write => libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0),
+            }
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -36,48 +75,13 @@ pub unsafe fn read_from(pid: i32, remote: usize, local: *mut u8, len: usize) -> 
             return Err(e);
         }
         if n == 0 {
+            let call = match way {
+                Way::Read => "process_vm_readv",
+                Way::Write => "process_vm_writev",
+            };
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "process_vm_readv moved no bytes",
-            ));
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
-/// Copies `len` bytes at `local` to `remote` in process `pid`, looping over partial writes.
-///
-/// # Safety
-/// `local` must be valid for reads of `len` bytes, and the `len` bytes at `remote` must be
-/// memory that process `pid` lets this process write (the kernel checks that they are mapped
-/// and writable; it cannot check that `pid` expects them written).
-pub unsafe fn write_to(pid: i32, local: *const u8, remote: usize, len: usize) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let liov = libc::iovec {
-            // SAFETY: done < len, inside the caller's buffer.
-            iov_base: unsafe { local.add(done) } as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        let riov = libc::iovec {
-            iov_base: (remote + done) as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        // SAFETY: the local iovec lies in the caller's readable buffer; the kernel checks the
-        // remote one.
-        let n = unsafe { libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "process_vm_writev moved no bytes",
+                format!("{call} moved no bytes"),
             ));
         }
         done += n as usize;

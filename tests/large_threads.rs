@@ -133,3 +133,51 @@ fn a_large_allreduce_with_a_disagreeing_count_fails_on_every_rank() {
         r.check(out == before, || "the output was written".into());
     });
 }
+
+/// `HCCL_EXEC_TIMEOUT` of [`a_rank_that_never_joins_fails_the_others_at_the_timeout`].
+const EXEC_S: u64 = 2;
+
+/// Three of four ranks call a large AllReduce (the write path between threads) that the fourth
+/// never calls: each of the three fails after `HCCL_EXEC_TIMEOUT`, and none reports success.
+#[test]
+fn a_rank_that_never_joins_fails_the_others_at_the_timeout() {
+    if !is_child() {
+        let s = EXEC_S.to_string();
+        run_self(
+            "a_rank_that_never_joins_fails_the_others_at_the_timeout",
+            &[("HCCL_EXEC_TIMEOUT", &s)],
+            Duration::from_secs(300),
+        );
+        return;
+    }
+    // Rank 3 leaves the communicator only once the others have returned.
+    let returned = std::sync::Arc::new(std::sync::Barrier::new(4));
+    run_ranks(4, TIMEOUT, move |r| {
+        if r.rank < 3 {
+            let input = vec![0u8; LARGE * 4];
+            let mut out = vec![0u8; LARGE * 4];
+            let t0 = std::time::Instant::now();
+            let rc = unsafe {
+                HcclAllReduce(
+                    input.as_ptr() as *mut _,
+                    out.as_mut_ptr().cast(),
+                    LARGE as u64,
+                    FP32,
+                    SUM,
+                    r.comm,
+                    std::ptr::null_mut(),
+                )
+            };
+            let el = t0.elapsed();
+            r.check(rc != HcclResult::HCCL_SUCCESS, || {
+                "the AllReduce without rank 3 succeeded".into()
+            });
+            // Not before the timeout, long before the default one; 15× for a loaded machine.
+            r.check(
+                el >= Duration::from_secs(EXEC_S) * 3 / 4 && el < Duration::from_secs(EXEC_S * 15),
+                || format!("failed after {el:?} with HCCL_EXEC_TIMEOUT={EXEC_S}"),
+            );
+        }
+        returned.wait();
+    });
+}

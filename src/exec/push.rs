@@ -1,21 +1,22 @@
 //! AllReduce between ranks that are all threads of one process, by writing into each other's
-//! outputs: rank r folds block r of every rank's input, in rank order `((x0 ∘ x1) ∘ x2) ∘ …`,
-//! a cache-sized chunk at a time, and stores each folded chunk straight into every rank's
-//! output with streaming stores.
+//! outputs: the elements are cut into pieces, each rank claims pieces one at a time, folds a
+//! piece of every rank's input in rank order `((x0 ∘ x1) ∘ x2) ∘ …` and stores the result
+//! straight into every rank's output with streaming stores.
 //!
 //! Memory then sees each input read once and each output written once, and nothing else: no
 //! reduced block is written and read back, no destination line is read for ownership. The
 //! ranks meet twice per call (to learn each other's buffers, and before returning, so nothing
-//! touches a buffer its owner got back), never in between, so ranks sharing a core do not wait
-//! on each other chunk by chunk. Every element is folded in the same order whichever rank
-//! computes it, so every rank holds the same bits, run after run.
+//! touches a buffer its owner got back), never in between. Pieces go to whichever rank asks
+//! first, not to fixed blocks: with more ranks than cores (or a core busy with other work) a
+//! rank that gets less of a core does less of the work instead of making every rank wait for
+//! it. Every element is folded in the same order whichever rank computes it, so every rank
+//! holds the same bits, run after run.
 //!
 //! The ranks check that they all called the same operation (its tag) before any touches
 //! another's buffer; a disagreeing rank fails the call on every rank with `HCCL_E_PARA`.
 
 use std::time::Instant;
 
-use crate::algo::schedule::even_blocks;
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::Result;
 use crate::base::stream::{fence, stream_unfenced};
@@ -33,6 +34,11 @@ pub const MIN_BYTES: usize = STREAM_OP_MIN;
 /// Most ranks that take the path: with 8 (on the 2-core machine it was measured on) the
 /// folded lines streamed to 8 outputs at once measured slower than the schedules.
 pub const MAX_RANKS: u32 = 4;
+
+/// Bytes of each input in a piece of work that one rank claims (see
+/// [`crate::transport::inproc::PushCall::claim`]): enough that claiming costs nothing beside
+/// the folding, small enough that the last pieces even out the ranks' finishing times.
+const PIECE_BYTES: usize = 256 * 1024;
 
 /// Bytes folded at a time through the stage: the stage stays in the core's first-level cache
 /// while every input is folded into it and it is stored to every output (8-16 KiB measured
@@ -66,39 +72,62 @@ pub unsafe fn allreduce(
             "the write path runs only between threads of one process",
         ));
     };
-    let (me, n, es) = (ep.rank() as usize, ep.size() as usize, red.elem_size);
+    let (me, es) = (ep.rank() as usize, red.elem_size);
     let mine = PushBufs {
         send,
         recv,
         len: count * es,
     };
-    let all = match fabric.push_enter(me, tag, mine, deadline) {
-        Ok(all) => all,
+    let call = match fabric.push_enter(me, tag, mine, deadline) {
+        Ok(call) => call,
         Err(e) => {
             ep.abort(&e);
             return Err(e);
         }
     };
-    let (first, len) = even_blocks(count, n)[me];
+    let piece = (PIECE_BYTES / es).max(1);
+    let mut stage = vec![0u8; CHUNK_BYTES / es * es];
+    while let Some(k) = call.claim() {
+        let Some(first) = k.checked_mul(piece).filter(|&f| f < count) else {
+            break;
+        };
+        // SAFETY: every rank published buffers of `count` elements, valid until each has
+        // finished (`finish` below waits for that); the piece is this rank's alone.
+        unsafe { fold_piece(&call.bufs, red, first, piece.min(count - first), &mut stage) };
+    }
+    // The streaming stores reach memory before the peers learn that this rank is done.
+    fence();
+    let r = call.finish(deadline);
+    if let Err(e) = &r {
+        ep.abort(e);
+    }
+    r
+}
+
+/// Folds elements `first..first + len` of every input in rank order and stores them into
+/// every output: fp32 sums in one pass where they can, the rest (and other types) through
+/// `stage` (a whole number of elements).
+///
+/// # Safety
+/// Every buffer of `all` must hold `first + len` elements, valid as in [`allreduce`], and no
+/// other rank may write those elements of the outputs meanwhile.
+unsafe fn fold_piece(all: &[PushBufs], red: &ReduceFn, first: usize, len: usize, stage: &mut [u8]) {
+    let es = red.elem_size;
     let fold = ReduceFn { left: 0, ..*red };
-    // fp32 sums fold in one pass where they can; the rest (and other types) through a stage.
     let mut k = 0;
     if red.dtype == DataType::Fp32 && red.op == ReduceOp::Sum {
         let whole = len * es / 64 * 64;
-        // SAFETY: block `me` of every buffer (see below).
-        if unsafe { fold_sum_f32(&all, first * es, whole) } {
+        // SAFETY: forwarded from this function's contract.
+        if unsafe { fold_sum_f32(all, first * es, whole) } {
             k = whole / es;
         }
     }
-    let chunk = (CHUNK_BYTES / es).max(1);
-    let mut stage = vec![0u8; chunk * es];
+    let chunk = stage.len() / es;
     while k < len {
         let c = chunk.min(len - k);
         let (off, bytes) = ((first + k) * es, c * es);
         let at = stage.as_mut_ptr();
-        // SAFETY: every rank published buffers of `count` elements, valid until each has
-        // finished (`push_finish` below waits for that), and block `me` is read and written
-        // by this rank alone; the stage holds `chunk` elements.
+        // SAFETY: the buffers per this function's contract; the stage holds `chunk` elements.
         unsafe {
             // The first fold takes rank 0's input as its left operand, so it is not copied.
             let first = ReduceFn {
@@ -109,16 +138,12 @@ pub unsafe fn allreduce(
             for b in &all[2..] {
                 fold.apply(at, (b.send + off) as *const u8, bytes);
             }
-            for b in &all {
+            for b in all {
                 stream_unfenced(at, (b.recv + off) as *mut u8, bytes);
             }
         }
         k += c;
     }
-    // The streaming stores reach memory before the peers learn that this rank is done.
-    fence();
-    fabric.push_finish(me);
-    Ok(())
 }
 
 /// Folds the fp32 sums of `bytes` at `off` of every input in rank order and stores them into

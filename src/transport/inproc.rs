@@ -12,7 +12,7 @@
 //! without end.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::backoff::{Until, NO_CPU};
 use super::doorbell::Doorbell;
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
-use super::tag::Tag;
+use super::tag::{OpKind, Tag};
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::stream::{copy_streaming, STREAM_MIN};
@@ -74,6 +74,9 @@ pub struct InprocFabric {
     stuck: Vec<Mutex<Option<Tag>>>,
     /// Per rank, its part in the current or last operation run by [`InprocFabric::push_enter`].
     push: Mutex<Vec<PushSlot>>,
+    /// The next piece of the current such operation to be claimed ([`PushCall::claim`]); reset
+    /// by the rank whose posting completes the set, before any rank can enter.
+    push_next: AtomicUsize,
 }
 
 /// What a rank publishes for an operation in which ranks write into each other's buffers.
@@ -98,6 +101,55 @@ pub struct PushBufs {
     pub recv: usize,
     /// Bytes of each.
     pub len: usize,
+}
+
+/// Rank `me`'s part in an operation entered with [`InprocFabric::push_enter`]: every rank's
+/// buffers, the pieces left to claim, and the obligation to finish.
+#[derive(Debug)]
+pub struct PushCall<'a> {
+    fabric: &'a InprocFabric,
+    me: usize,
+    gen: u64,
+    /// Every rank's buffers, in rank order.
+    pub bufs: Vec<PushBufs>,
+    open: bool,
+}
+
+impl PushCall<'_> {
+    /// Claims the next piece of the operation for this rank: every piece goes to exactly one
+    /// rank, whichever asks first, so ranks that get more of a core do more of the work. `None`
+    /// once the fabric failed (no piece is started after that).
+    pub fn claim(&self) -> Option<usize> {
+        if self.fabric.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.fabric.push_next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Ends this rank's part: waits until no rank touches its buffers any more (see
+    /// [`InprocFabric::push_enter`]); fails when any rank failed meanwhile or at `deadline`.
+    pub fn finish(mut self, deadline: Option<Instant>) -> Result<()> {
+        self.open = false;
+        self.fabric.push_finish(self.me, self.gen, deadline)
+    }
+}
+
+impl Drop for PushCall<'_> {
+    /// A call left without [`PushCall::finish`] (its rank panicked while computing) may have
+    /// left pieces undone: the peers must fail, and must not wait for this rank.
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let f = self.fabric;
+        f.fail(&Error::new(
+            ErrorKind::Internal,
+            format!("rank {} stopped in the middle of the operation", self.me),
+        ));
+        f.push.lock()[self.me].done = self.gen;
+        *f.stuck[self.me].lock() = None;
+        f.ring_all();
+    }
 }
 
 /// A communicator's fabric in the process-wide registry.
@@ -152,6 +204,7 @@ impl InprocFabric {
                     fail_why: Mutex::new(None),
                     stuck: (0..n).map(|_| Mutex::new(None)).collect(),
                     push: Mutex::new(vec![PushSlot::default(); n]),
+                    push_next: AtomicUsize::new(0),
                 });
                 reg.insert(
                     key,
@@ -222,13 +275,15 @@ impl InprocFabric {
 
     /// Publishes rank `me`'s buffers for an operation tagged `tag` in which every rank reads
     /// every other rank's input and writes into its output, and waits until every rank has
-    /// published the same operation; returns every rank's buffers, in rank order. From then on
-    /// the caller may read its peers' inputs and write their outputs, and must call
-    /// [`InprocFabric::push_finish`] (also when it fails later), which returns only once no
-    /// rank touches its buffers any more.
+    /// published the same operation; returns the call, which holds every rank's buffers in rank
+    /// order. From then on the caller may read its peers' inputs and write their outputs until
+    /// it ends the call with [`PushCall::finish`], which returns only once no rank touches its
+    /// buffers any more. A call dropped without `finish` (a panic in between) fails the fabric
+    /// first, so every peer's `finish` reports an error instead of success.
     ///
-    /// A rank that published another operation, or that waits for a message of another
-    /// operation from this rank, fails the fabric with `HCCL_E_PARA` on every rank; so does
+    /// A rank that published another operation, waits for a message of another operation from
+    /// this rank, sent this rank a message of an operation it has not finished, or waits in an
+    /// operation after this one fails the fabric with `HCCL_E_PARA` on every rank; so does
     /// `deadline` passing (a remote failure). A failed call has made no rank enter.
     pub fn push_enter(
         &self,
@@ -236,13 +291,19 @@ impl InprocFabric {
         tag: &Tag,
         bufs: PushBufs,
         deadline: Option<Instant>,
-    ) -> Result<Vec<PushBufs>> {
+    ) -> Result<PushCall<'_>> {
         let my_gen = {
             let mut p = self.push.lock();
             p[me].posted += 1;
             p[me].tag = Some(*tag);
             p[me].bufs = bufs;
-            p[me].posted
+            let g = p[me].posted;
+            // Every rank finished the last operation before any posted this one, so nobody
+            // claims pieces any more; nobody enters before the lock is released.
+            if p.iter().all(|s| s.posted >= g) {
+                self.push_next.store(0, Ordering::Relaxed);
+            }
+            g
         };
         self.ring_all();
         let bell = self.bells[me].get().cloned();
@@ -279,7 +340,13 @@ impl InprocFabric {
                 }
                 if all {
                     p[me].entered = my_gen;
-                    return Ok(p.iter().map(|s| s.bufs).collect());
+                    return Ok(PushCall {
+                        fabric: self,
+                        me,
+                        gen: my_gen,
+                        bufs: p.iter().map(|s| s.bufs).collect(),
+                        open: true,
+                    });
                 }
                 // A peer that runs another operation waits in it with a message for this rank
                 // or says where it is stuck: that is a mismatch, not a slow peer.
@@ -309,44 +376,58 @@ impl InprocFabric {
     }
 
     /// The mismatch a peer's queued message or published stall shows while rank `me` waits
-    /// in the operation tagged `tag`: a peer in an operation of the same number that is not
-    /// this one (every rank that called this one publishes instead of sending).
+    /// in the collective tagged `tag` (in which no rank sends messages): a queued message of
+    /// any other collective (this rank finished every earlier one, so it took their messages),
+    /// or a peer stuck in another collective of the same number or of a later one (it got
+    /// past this one without this rank). Point-to-point messages run outside that order.
     fn push_stray(&self, me: usize, tag: &Tag) -> Option<Error> {
+        let collective = |t: &Tag| t.0[4] != OpKind::P2p as u8;
         (0..self.n).filter(|&p| p != me).find_map(|p| {
-            let queued = self.peek_tag(p, me).filter(|t| t.seq() == tag.seq());
-            let stuck = (*self.stuck[p].lock()).filter(|t| t.seq() == tag.seq() && t != tag);
+            let queued = self.peek_tag(p, me).filter(collective);
+            let stuck = (*self.stuck[p].lock()).filter(|t| {
+                collective(t) && t.seq().wrapping_sub(tag.seq()) as i32 >= 0 && t != tag
+            });
             queued
                 .or(stuck)
                 .map(|t| super::tag::mismatch(&t, tag, p as u32, me as u32))
         })
     }
 
-    /// Ends rank `me`'s part in the operation it entered with [`InprocFabric::push_enter`] and
-    /// waits until every rank that entered it has finished, so that nothing reads or writes
-    /// this rank's buffers after the return. The wait has no deadline: the ranks it waits for
-    /// only compute and never wait themselves between entering and finishing.
-    pub fn push_finish(&self, me: usize) {
-        let gen = {
-            let mut p = self.push.lock();
-            let g = p[me].entered;
-            p[me].done = g;
-            g
-        };
+    /// Marks rank `me` done with operation `gen` and waits until every rank that entered it is
+    /// done too, so that nothing reads or writes this rank's buffers after the return. Fails
+    /// when the fabric failed meanwhile (the results are incomplete), and at `deadline` (a
+    /// remote failure of every rank).
+    fn push_finish(&self, me: usize, gen: u64, deadline: Option<Instant>) -> Result<()> {
+        self.push.lock()[me].done = gen;
         *self.stuck[me].lock() = None;
         self.ring_all();
         let bell = self.bells[me].get().cloned();
         loop {
             let seen = bell.as_ref().map(|b| b.seq());
-            {
+            let late: Vec<usize> = {
                 let p = self.push.lock();
                 // A peer that has not entered this operation once the fabric failed never will
                 // (it enters only while the fabric is sound, under this lock).
                 let failed = self.failed.load(Ordering::SeqCst);
-                if p.iter()
-                    .all(|s| s.done >= gen || (failed && s.entered < gen))
-                {
-                    return;
-                }
+                (0..self.n)
+                    .filter(|&r| p[r].done < gen && !(failed && p[r].entered < gen))
+                    .collect()
+            };
+            if late.is_empty() {
+                return match self.failure() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // The late ranks may still write into this rank's output, but at most the
+                // piece each holds: they claim no other once the fabric failed.
+                let e = Error::new(
+                    ErrorKind::Remote,
+                    format!("timed out waiting for rank(s) {late:?} of this process to finish"),
+                );
+                self.fail(&e);
+                return Err(self.failure().unwrap_or(e));
             }
             if let (Some(b), Some(seen)) = (&bell, seen) {
                 b.wait(seen, &mut [], PUSH_TICK_MS, &mut Until(|| false));
@@ -831,5 +912,173 @@ mod tests {
         let seen = f.failure().expect("the fabric is failed for every rank");
         assert_eq!(seen.kind, ErrorKind::Para);
         assert!(seen.msg.contains("rank 0 called Broadcast"), "{}", seen.msg);
+    }
+
+    /// The tag of collective number `seq` of `kind`, as the push path's tests use it.
+    fn op(kind: OpKind, seq: u32) -> Tag {
+        OpTag {
+            seq,
+            count: 16,
+            ..OpTag::new(kind)
+        }
+        .encode()
+    }
+
+    /// Runs `body(rank)` on a thread per rank of `f` and returns their results in rank order.
+    fn on_ranks<R: Send>(
+        f: &InprocFabric,
+        body: impl Fn(usize, &InprocFabric) -> R + Sync,
+    ) -> Vec<std::thread::Result<R>> {
+        std::thread::scope(|s| {
+            let body = &body;
+            let hs: Vec<_> = (0..f.n).map(|r| s.spawn(move || body(r, f))).collect();
+            hs.into_iter().map(|h| h.join()).collect()
+        })
+    }
+
+    const BUFS: PushBufs = PushBufs {
+        send: 0,
+        recv: 0,
+        len: 64,
+    };
+
+    /// Every piece goes to exactly one rank, and the next operation starts from the first
+    /// piece again.
+    #[test]
+    fn pieces_are_claimed_once_each_and_afresh_per_operation() {
+        let f = fabric(3, 10);
+        for seq in 1..=2 {
+            let got = on_ranks(&f, |r, f| {
+                let call = f
+                    .push_enter(r, &op(OpKind::AllReduce, seq), BUFS, None)
+                    .unwrap();
+                let mine: Vec<usize> = std::iter::from_fn(|| call.claim())
+                    .take_while(|&k| k < 100)
+                    .collect();
+                call.finish(None).unwrap();
+                mine
+            });
+            let mut all: Vec<usize> = got.into_iter().flat_map(|g| g.unwrap()).collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..100).collect::<Vec<_>>(), "operation {seq}");
+        }
+    }
+
+    /// A rank that panics between entering and finishing fails every peer's finish (their
+    /// results are incomplete) instead of leaving them waiting or reporting success.
+    #[test]
+    fn a_rank_that_panics_mid_operation_fails_every_peer() {
+        let f = fabric(3, 11);
+        let got = on_ranks(&f, |r, f| {
+            let call = f
+                .push_enter(r, &op(OpKind::AllReduce, 1), BUFS, None)
+                .unwrap();
+            if r == 1 {
+                panic!("injected: rank 1 fails while computing");
+            }
+            // A bound far past any scheduling delay: without the failure they would wait for it.
+            call.finish(Some(Instant::now() + std::time::Duration::from_secs(60)))
+        });
+        assert!(got[1].is_err(), "rank 1 panicked");
+        for r in [0, 2] {
+            let e = got[r].as_ref().unwrap().as_ref().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Remote, "rank {r}: {}", e.msg);
+            assert!(e.msg.contains("rank 1 stopped"), "rank {r}: {}", e.msg);
+        }
+        assert!(f
+            .push_enter(0, &op(OpKind::AllReduce, 2), BUFS, None)
+            .is_err());
+    }
+
+    /// A rank that entered and never finishes fails its peers at their deadline; once it comes
+    /// back it claims nothing more and fails too.
+    #[test]
+    fn a_rank_that_never_finishes_fails_its_peers_at_the_deadline() {
+        let f = fabric(3, 12);
+        let (gave_up, peers_gave_up) = std::sync::mpsc::channel::<()>();
+        let peers_gave_up = Mutex::new(peers_gave_up);
+        let got = on_ranks(&f, |r, f| {
+            let call = f
+                .push_enter(r, &op(OpKind::AllReduce, 1), BUFS, None)
+                .unwrap();
+            if r == 2 {
+                // Held until both peers have given up on it (a bound far past their deadline,
+                // so that a finish that never gives up fails this test instead of hanging).
+                let rx = peers_gave_up.lock();
+                for _ in 0..2 {
+                    let _ = rx.recv_timeout(std::time::Duration::from_secs(60));
+                }
+                assert_eq!(call.claim(), None, "no piece is claimed after the failure");
+                return call.finish(None);
+            }
+            let deadline = Instant::now() + std::time::Duration::from_millis(200);
+            let res = call.finish(Some(deadline));
+            gave_up.send(()).unwrap();
+            res
+        });
+        for (r, g) in got.iter().enumerate() {
+            let e = g.as_ref().unwrap().as_ref().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Remote, "rank {r}: {}", e.msg);
+        }
+        let e = got[0].as_ref().unwrap().as_ref().unwrap_err();
+        assert!(e.msg.contains("rank(s) [2]"), "{}", e.msg);
+    }
+
+    /// While a rank waits to enter, a peer's queued message of another collective (earlier:
+    /// left unread; later: the peer got past this operation) or a peer waiting in a later
+    /// collective is a mismatch, reported at once on every rank, not at the deadline.
+    #[test]
+    fn a_peer_at_another_place_in_the_sequence_fails_the_entry_at_once() {
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        let x = [1u8; 8];
+        for (case, seq) in [(0, 1), (1, 9), (2, 9)] {
+            let f = fabric(2, 20 + case);
+            if case < 2 {
+                // SAFETY: eager: the message is copied at posting.
+                unsafe {
+                    f.post_send(
+                        1,
+                        0,
+                        x.as_ptr(),
+                        8,
+                        op(OpKind::Broadcast, seq),
+                        SendHint::default(),
+                    )
+                };
+            } else {
+                f.publish_stuck(1, &op(OpKind::Barrier, seq));
+            }
+            let e = f
+                .push_enter(0, &op(OpKind::AllReduce, 5), BUFS, Some(later))
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Para, "case {case}: {}", e.msg);
+            assert!(e.msg.contains("rank 1 called"), "case {case}: {}", e.msg);
+            assert_eq!(f.failure().map(|e| e.kind), Some(ErrorKind::Para));
+        }
+    }
+
+    /// A peer still waiting in an earlier collective (for another rank, maybe) or with a
+    /// point-to-point message queued is no mismatch: the entry waits, and both enter.
+    #[test]
+    fn a_peer_behind_or_with_a_point_to_point_message_is_waited_for() {
+        let f = fabric(2, 30);
+        let x = [1u8; 8];
+        // SAFETY: eager: the message is copied at posting.
+        unsafe { f.post_send(1, 0, x.as_ptr(), 8, op(OpKind::P2p, 7), SendHint::default()) };
+        f.publish_stuck(1, &op(OpKind::Broadcast, 4));
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        let got = on_ranks(&f, |r, f| {
+            if r == 1 {
+                // Posts once rank 0 has looked at it and found it no mismatch.
+                while f.stuck[0].lock().is_none() {
+                    std::thread::yield_now();
+                }
+            }
+            let call = f.push_enter(r, &op(OpKind::AllReduce, 5), BUFS, Some(later))?;
+            call.finish(Some(later))
+        });
+        for (r, g) in got.into_iter().enumerate() {
+            g.unwrap().unwrap_or_else(|e| panic!("rank {r}: {}", e.msg));
+        }
     }
 }

@@ -66,9 +66,12 @@ fn rank_order_inputs_are_order_sensitive() {
     }
 }
 
-/// Large AllReduce between threads (each rank folds its block of every input and writes it
+/// Large AllReduce between threads (ranks claim pieces, fold each of every input and write it
 /// into every output: `exec::push`) folds every element in rank order, `((x0 + x1) + x2) + …`,
-/// out of place and in place, on 3 ranks (blocks of unequal length) and 4.
+/// out of place and in place, on 3 ranks (a piece shorter than the others at the end) and 4,
+/// and with each rank's output at another offset from a cache line (the one-pass fold needs
+/// the same offset on every rank and leaves the elements before the first line boundary to
+/// the staged fold).
 #[test]
 fn large_fp32_sums_fold_in_rank_order() {
     for n in [3u32, 4] {
@@ -78,12 +81,19 @@ fn large_fp32_sums_fold_in_rank_order() {
             let input: Vec<u8> = (0..LARGE)
                 .flat_map(|i| rounding_input(r.rank, i).to_le_bytes())
                 .collect();
-            for inplace in [false, true] {
-                let what = format!("AllReduce fp32 sum count={LARGE} inplace={inplace}");
+            let cases = [
+                (false, 0),
+                (true, 0),
+                (false, 36),
+                (false, 4 * r.rank as usize + 4),
+            ];
+            for (inplace, shift) in cases {
+                let what =
+                    format!("AllReduce fp32 sum count={LARGE} inplace={inplace} shift={shift}");
                 let mut out = if inplace {
                     input.clone()
                 } else {
-                    poison(input.len(), 5)
+                    poison(input.len() + shift, 5)
                 };
                 let src = if inplace {
                     out.as_mut_ptr()
@@ -93,7 +103,7 @@ fn large_fp32_sums_fold_in_rank_order() {
                 let rc = unsafe {
                     HcclAllReduce(
                         src.cast(),
-                        out.as_mut_ptr().cast(),
+                        out[shift..].as_mut_ptr().cast(),
                         LARGE as u64,
                         FP32,
                         SUM,
@@ -102,7 +112,7 @@ fn large_fp32_sums_fold_in_rank_order() {
                     )
                 };
                 if r.ok(rc, &what) {
-                    r.check_bytes(&what, FP32, &out, &exp);
+                    r.check_bytes(&what, FP32, &out[shift..], &exp);
                 }
             }
         });

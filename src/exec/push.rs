@@ -105,24 +105,53 @@ pub unsafe fn allreduce(
 }
 
 /// Folds elements `first..first + len` of every input in rank order and stores them into
-/// every output: fp32 sums in one pass where they can, the rest (and other types) through
-/// `stage` (a whole number of elements).
+/// every output: fp32 sums in one pass over whole output lines where they can (the elements
+/// before the outputs' first line boundary and after the last through the stage), the rest
+/// (and other types) through `stage` (a whole number of elements).
 ///
 /// # Safety
 /// Every buffer of `all` must hold `first + len` elements, valid as in [`allreduce`], and no
 /// other rank may write those elements of the outputs meanwhile.
 unsafe fn fold_piece(all: &[PushBufs], red: &ReduceFn, first: usize, len: usize, stage: &mut [u8]) {
     let es = red.elem_size;
-    let fold = ReduceFn { left: 0, ..*red };
-    let mut k = 0;
     if red.dtype == DataType::Fp32 && red.op == ReduceOp::Sum {
-        let whole = len * es / 64 * 64;
+        // Streaming stores that fill part of a line leave the write-combining buffer to be
+        // flushed partly full (each output written at 16 mod 64, as `malloc` returns large
+        // blocks, measured half the rate), so the one pass starts at a line boundary.
+        let off = first * es;
+        let head = ((all[0].recv + off).next_multiple_of(64) - (all[0].recv + off)).min(len * es);
+        let lines = (len * es - head) / 64 * 64;
         // SAFETY: forwarded from this function's contract.
-        if unsafe { fold_sum_f32(all, first * es, whole) } {
-            k = whole / es;
+        if head.is_multiple_of(es) && unsafe { fold_sum_f32(all, off + head, lines) } {
+            let done = (head + lines) / es;
+            // SAFETY: as above, for the elements before and after the lines.
+            unsafe {
+                fold_staged(all, red, first, head / es, stage);
+                fold_staged(all, red, first + done, len - done, stage);
+            }
+            return;
         }
     }
+    // SAFETY: forwarded from this function's contract.
+    unsafe { fold_staged(all, red, first, len, stage) };
+}
+
+/// [`fold_piece`] through `stage`: a stage-full of elements at a time is folded in the stage
+/// (which stays in the first-level cache) and then streamed into every output.
+///
+/// # Safety
+/// As for [`fold_piece`].
+unsafe fn fold_staged(
+    all: &[PushBufs],
+    red: &ReduceFn,
+    first: usize,
+    len: usize,
+    stage: &mut [u8],
+) {
+    let es = red.elem_size;
+    let fold = ReduceFn { left: 0, ..*red };
     let chunk = stage.len() / es;
+    let mut k = 0;
     while k < len {
         let c = chunk.min(len - k);
         let (off, bytes) = ((first + k) * es, c * es);
@@ -148,7 +177,7 @@ unsafe fn fold_piece(all: &[PushBufs], red: &ReduceFn, first: usize, len: usize,
 
 /// Folds the fp32 sums of `bytes` at `off` of every input in rank order and stores them into
 /// every output with streaming stores, in one pass without a stage; false (nothing done) when
-/// it cannot: not x86-64, `bytes` not whole lines or an output not 16-byte aligned at `off`.
+/// it cannot: not x86-64, `bytes` not whole lines or an output not line-aligned at `off`.
 /// The same additions in the same order as the staged path, so the same bits.
 ///
 /// # Safety
@@ -157,7 +186,7 @@ unsafe fn fold_sum_f32(all: &[PushBufs], off: usize, bytes: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{__m128, _mm_add_ps, _mm_loadu_ps, _mm_stream_ps};
-        if !bytes.is_multiple_of(64) || all.iter().any(|b| !(b.recv + off).is_multiple_of(16)) {
+        if !bytes.is_multiple_of(64) || all.iter().any(|b| !(b.recv + off).is_multiple_of(64)) {
             return false;
         }
         let mut i = off;
@@ -179,7 +208,7 @@ unsafe fn fold_sum_f32(all: &[PushBufs], off: usize, bytes: usize) -> bool {
             for b in all {
                 let f = (b.recv + i) as *mut f32;
                 for (k, a) in acc.iter().enumerate() {
-                    // SAFETY: 64 bytes at `f` lie inside an output, 16-byte aligned (checked).
+                    // SAFETY: 64 bytes at `f` lie inside an output, line-aligned (checked).
                     unsafe { _mm_stream_ps(f.add(4 * k), *a) };
                 }
             }

@@ -29,7 +29,11 @@ fn lib_dir() -> PathBuf {
                 .arg(target_dir)
                 .current_dir(root());
             match profile {
-                "debug" => {}
+                // `cargo test` builds into target/debug with the test profile: the same profile
+                // reuses its build, where the dev profile would compile everything again.
+                "debug" => {
+                    cmd.args(["--profile", "test"]);
+                }
                 "release" => {
                     cmd.arg("--release");
                 }

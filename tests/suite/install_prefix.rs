@@ -29,7 +29,12 @@ fn prefix() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
         let dir = profile_dir();
-        let profile = dir.file_name().and_then(|s| s.to_str()).expect("profile");
+        // `cargo test` builds into target/debug with the test profile: installing from that
+        // profile reuses its build, where the dev profile would compile everything again.
+        let profile = match dir.file_name().and_then(|s| s.to_str()).expect("profile") {
+            "debug" => "test",
+            other => other,
+        };
         // A fixed name: each run replaces the previous prefix instead of accumulating copies.
         let prefix = dir.join("install-test");
         let _ = std::fs::remove_dir_all(&prefix);

@@ -14,8 +14,8 @@
 #                                       PKG_CONFIG_PATH and CMAKE_PREFIX_PATH
 #
 # Usage: scripts/install.sh [--profile release|debug|<cargo profile>] PREFIX
-# The default profile is release (what users want). `--profile debug` reuses a debug build and
-# exists for the test suite. CARGO_TARGET_DIR is honoured.
+# The default profile is release (what users want). `--profile test` reuses what `cargo test`
+# built (in target/debug) and exists for the test suite. CARGO_TARGET_DIR is honoured.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 profile=release
@@ -35,6 +35,7 @@ done
 case "$profile" in
     debug|dev) cargo_profile=(); outdir=debug ;;
     release) cargo_profile=(--release); outdir=release ;;
+    test) cargo_profile=(--profile test); outdir=debug ;;
     *) cargo_profile=(--profile "$profile"); outdir="$profile" ;;
 esac
 target="${CARGO_TARGET_DIR:-$root/target}"

@@ -16,8 +16,8 @@
 #   false races, and AddressSanitizer misses errors inside std. It needs the nightly rust-src
 #   component (installed here when missing). The process-rank tests re-execute the sanitized
 #   test binary, so every rank process is checked too.
-# - valgrind: builds the programs that tests/ctests.rs runs, and the CANN-style thread program
-#   and stream-overlap program of tests/install_prefix.rs, against the debug libhccl.so (and
+# - valgrind: builds the programs that tests/suite/ctests.rs runs, and the CANN-style thread
+#   program and stream-overlap program of tests/suite/install_prefix.rs, against the debug libhccl.so (and
 #   libascendcl.so) and runs each under memcheck (errors and definite leaks fail; the library's process-wide
 #   registries, still reachable at exit, do not). fork_ranks.c is checked for errors only: its
 #   children inherit the parent's rendezvous thread's allocations without the thread, which
@@ -27,7 +27,8 @@ cd "$(dirname "$0")/.."
 modes=("$@")
 [ ${#modes[@]} -gt 0 ] || modes=(asan tsan valgrind)
 host=$(rustc -vV | sed -n 's/^host: //p')
-suites=(--lib --test coll_threads --test coll_shm --test coll_tcp --test faults --test bounds)
+# Modules of the integration test binary (tests/suite/) that run ranks.
+suites=(coll_threads:: coll_shm:: coll_tcp:: faults:: bounds::)
 # The algo:: unit tests simulate schedules symbolically for up to thousands of ranks: pure
 # arithmetic on safe Rust in one thread, which would take hours instrumented and has nothing
 # for a sanitizer to find.
@@ -44,9 +45,11 @@ sanitized() {
     echo "sanitize: $san: building and testing"
     # --target keeps the flags away from build scripts; a target dir per sanitizer keeps the
     # instrumented builds apart from the normal ones.
-    RUSTFLAGS="-Zsanitizer=$san -Cforce-frame-pointers=yes" \
-        cargo +nightly test -Zbuild-std --target "$host" --target-dir "target/sanitize-$san" \
-        -p hccl "${suites[@]}" "$@" -- "${skip[@]}"
+    local flags="-Zsanitizer=$san -Cforce-frame-pointers=yes"
+    local cargo=(cargo +nightly test -Zbuild-std --target "$host" --target-dir "target/sanitize-$san"
+        -p hccl)
+    RUSTFLAGS=$flags "${cargo[@]}" --lib "$@" -- "${skip[@]}"
+    RUSTFLAGS=$flags "${cargo[@]}" --test suite "$@" -- "${suites[@]}"
     echo "sanitize: $san: clean in $(($(date +%s) - start))s"
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak test (tests/soak.rs): random collectives, sizes, data types, roots and communicators
+# Soak test (tests/suite/soak.rs): random collectives, sizes, data types, roots and communicators
 # (a 4-rank world and its 2-rank sub-communicators) on 4 processes and on 4 threads, every
 # result checked against the reference, a rank killed at random moments; survivors must fail
 # within the timeouts and start the next job cleanly, and descriptors, threads and memfds
@@ -16,5 +16,5 @@ case "$dur" in
     *) secs=$dur ;;
 esac
 export HCCL_SOAK_SECONDS="$secs" HCCL_EXEC_TIMEOUT=5 HCCL_CONNECT_TIMEOUT=10
-cargo test --test soak --no-run
-exec cargo test --test soak -- --ignored --exact soak --nocapture
+cargo test --test suite --no-run
+exec cargo test --test suite -- --ignored --exact soak::soak --nocapture

@@ -26,7 +26,11 @@ fn build_cdylib() -> PathBuf {
         .arg(target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
+        // `cargo test` builds into target/debug with the test profile: the same profile
+        // reuses its build, where the dev profile would compile everything again.
+        Some("debug") => {
+            cmd.args(["--profile", "test"]);
+        }
         Some("release") => {
             cmd.arg("--release");
         }

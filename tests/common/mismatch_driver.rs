@@ -5,7 +5,7 @@
 //! communicator, and prints one `RESULT` line that the parent parses and checks.
 //!
 //! A suite using this module has a test named `child_entry` that calls [`child`] with its
-//! scenario function; the children are that test binary re-run with `--exact child_entry`.
+//! scenario function; the children are that test binary re-run with `--exact` naming that test.
 
 use std::process::Command;
 use std::ptr::null_mut;
@@ -168,14 +168,19 @@ pub fn run(case: &Case) -> (Vec<Outcome>, String) {
     let n = case.n;
     let make = |rank: Option<u32>| {
         let mut c = Command::new(&exe);
-        c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env(SCENARIO_VAR, case.scenario)
-            .env(SIZE_VAR, n.to_string())
-            .env(ROOT_VAR, &hex)
-            .env("HCCL_EXEC_TIMEOUT", EXEC_TIMEOUT_S.to_string())
-            .env("HCCL_CONNECT_TIMEOUT", "60")
-            .env("ASCEND_GLOBAL_LOG_LEVEL", "3")
-            .env_remove("HCCL_COMPRESSION");
+        c.args([
+            "--exact",
+            &test_path("child_entry"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO_VAR, case.scenario)
+        .env(SIZE_VAR, n.to_string())
+        .env(ROOT_VAR, &hex)
+        .env("HCCL_EXEC_TIMEOUT", EXEC_TIMEOUT_S.to_string())
+        .env("HCCL_CONNECT_TIMEOUT", "60")
+        .env("ASCEND_GLOBAL_LOG_LEVEL", "3")
+        .env_remove("HCCL_COMPRESSION");
         if let Some(r) = rank {
             c.env(RANK_VAR, r.to_string());
         }

@@ -9,6 +9,7 @@
 pub mod cases;
 pub mod compress_checks;
 pub mod mismatch_driver;
+pub mod native;
 pub mod netns_bed;
 pub mod rounding;
 pub mod skip;
@@ -776,12 +777,33 @@ pub fn is_child() -> bool {
     std::env::var_os(CHILD_VAR).is_some()
 }
 
-/// Re-executes this test binary running only `test` with `env` added, and waits (with a
+/// The full name of `test`, a test in the module of the test running on this thread, as
+/// `--exact` wants it in a re-executed child: the suite binary names tests `module::test`.
+/// Panics when called off a test's own thread (libtest names that thread after the test).
+pub fn test_path(test: &str) -> String {
+    let me = std::thread::current();
+    let running = me
+        .name()
+        .filter(|n| *n != "main")
+        .expect("test_path runs on the thread of the test that calls it");
+    match running.rsplit_once("::") {
+        Some((module, _)) => format!("{module}::{test}"),
+        None => test.to_string(),
+    }
+}
+
+/// Re-executes this test binary running only `test` (a test of the calling test's module) with
+/// `env` added, and waits (with a
 /// timeout) for it; panics with its output unless it succeeded and actually ran the test.
 pub fn run_self(test: &str, env: &[(&str, &str)], timeout: Duration) -> ChildOutput {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"]);
+    cmd.args([
+        "--exact",
+        &test_path(test),
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     cmd.env(CHILD_VAR, "1");
     for (k, v) in env {
         cmd.env(k, v);

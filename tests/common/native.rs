@@ -1,6 +1,6 @@
 //! Rank threads on the library's Rust API (rather than the C API of `common`): a
 //! configuration from explicit variables and `n` communicators joined through a root info.
-//! Included with `#[path]` by the tests that need only this.
+//! Used by the tests that need only this.
 
 use std::collections::HashMap;
 

@@ -97,7 +97,12 @@ impl Bed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns[h]])
             .arg(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &test_path(test),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_VAR, "1");
         match &self.plugin {
             Some(p) => c.env("HCCL_NET_PLUGIN", p).env("FI_PROVIDER", "tcp"),

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
 use super::tag::{Tag, TAG_LEN};
-use super::{cma, ReduceFn};
+use super::{cma, stream, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
 
 const MAGIC: u64 = 0x314d_4853_4c43_4348;
@@ -89,11 +89,23 @@ pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 /// from 128 KiB to 64 MiB, 4 processes 1.5-2x from 128 KiB to 4 MiB; 8 processes 0.6-0.85x from
 /// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
 pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
-/// Smallest communicator whose Reduce stages every shared-memory message. Two processes were
-/// 2-3x faster staged in some launches and 3-4x slower in others (the staged copy's collapse to
-/// ~2 GB/s, unexplained, 8 KiB-512 KiB on a quiet 2-core VM), where single copy held 0.8-1x
-/// Open MPI in every launch, so two processes keep single copy up to its per-peer limit.
-pub const STAGED_REDUCE_MIN_RANKS: u32 = 3;
+/// Smallest communicator whose Reduce stages every shared-memory message. Two processes stage
+/// too since the ring is written with streaming stores ([`STREAM_MIN`]): before, their staged
+/// copies collapsed to ~0.3-2 GB/s whenever the two cores did not share a cache, and single
+/// copy held only 0.7-1x Open MPI.
+pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
+
+/// Messages of a staged operation ([`SendHint::staged`]: Reduce) at least this large are
+/// copied into the ring with streaming stores ([`stream::copy`]) unless `HCCL_SHM_STREAM=0`.
+/// Plain stores leave the data in the sender's cache, from where the receiver reads it fast
+/// only while both cores share a last-level cache; when they do not (a VM whose two virtual
+/// CPUs the host placed on different core complexes: the cache-line round trip measured
+/// ~0.4 µs instead of ~0.07 µs), every line crosses the fabric twice per pass of the ring, and
+/// staged Reduce between two processes fell from 15-29 GB/s to 0.3-1.2 GB/s from 32 KiB to
+/// 1 MiB. With streaming stores it held 8-17 GB/s from 256 KiB to 1 MiB in either placement
+/// (the receiver reads from memory). Smaller messages are read back at once and stay plain;
+/// other operations' staged chunks (large AllReduce) are not measured yet and stay plain.
+pub const STREAM_MIN: usize = 32 << 10;
 
 /// The largest message a rank with `peers` same-host peers in other processes reads
 /// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says
@@ -621,6 +633,8 @@ pub struct ShmLink {
     /// Messages from [`SINGLE_COPY_MIN`] up to this size go single-copy (when `single_copy`;
     /// see `single_copy_for`).
     single_copy_max: usize,
+    /// Whether staged Reduce messages from [`STREAM_MIN`] up are written with streaming stores.
+    stream_stores: bool,
     stream: TcpStream,
     tx: VecDeque<TxOp>,
     rx: VecDeque<RxOp>,
@@ -740,12 +754,11 @@ impl ShmLink {
                         },
                         &op.tag,
                     );
-                    if n > 0 {
-                        std::ptr::copy_nonoverlapping(
-                            (op.ptr as *const u8).add(op.off),
-                            slot.add(data_off),
-                            n,
-                        );
+                    let (src, dst) = ((op.ptr as *const u8).add(op.off), slot.add(data_off));
+                    if self.stream_stores && op.staged && op.len >= STREAM_MIN {
+                        stream::copy(dst, src, n);
+                    } else if n > 0 {
+                        std::ptr::copy_nonoverlapping(src, dst, n);
                     }
                 }
                 self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
@@ -1606,6 +1619,7 @@ pub fn introduce(
                         share_copies: answer[1] == 1
                             && std::env::var("HCCL_SHM_SHARE").map_or(true, |v| v != "0"),
                         single_copy_max: opts.single_copy_max,
+                        stream_stores: std::env::var("HCCL_SHM_STREAM").map_or(true, |v| v != "0"),
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),

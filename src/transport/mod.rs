@@ -26,7 +26,6 @@ pub mod net;
 pub mod plugin;
 pub mod plugin_link;
 pub mod shm;
-pub mod stream;
 pub mod tag;
 pub mod tcp;
 

@@ -54,8 +54,9 @@ use std::time::{Duration, Instant};
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
 use super::tag::{Tag, TAG_LEN};
-use super::{cma, stream, ReduceFn};
+use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::stream::{fence, stream_unfenced};
 
 const MAGIC: u64 = 0x314d_4853_4c43_4348;
 const HEADER_BYTES: usize = 4096;
@@ -90,13 +91,13 @@ pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 /// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
 pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 /// Smallest communicator whose Reduce stages every shared-memory message. Two processes stage
-/// too since the ring is written with streaming stores ([`STREAM_MIN`]): before, their staged
+/// too since the ring is written with streaming stores ([`STAGED_STREAM_MIN`]): before, their staged
 /// copies collapsed to ~0.3-2 GB/s whenever the two cores did not share a cache, and single
 /// copy held only 0.7-1x Open MPI.
 pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 
 /// Messages of a staged operation ([`SendHint::staged`]: Reduce) at least this large are
-/// copied into the ring with streaming stores ([`stream::copy`]) unless `HCCL_SHM_STREAM=0`.
+/// copied into the ring with streaming stores (`base::stream`) unless `HCCL_SHM_STREAM=0`.
 /// Plain stores leave the data in the sender's cache, from where the receiver reads it fast
 /// only while both cores share a last-level cache; when they do not (a VM whose two virtual
 /// CPUs the host placed on different core complexes: the cache-line round trip measured
@@ -105,7 +106,7 @@ pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 /// 1 MiB. With streaming stores it held 8-17 GB/s from 256 KiB to 1 MiB in either placement
 /// (the receiver reads from memory). Smaller messages are read back at once and stay plain;
 /// other operations' staged chunks (large AllReduce) are not measured yet and stay plain.
-pub const STREAM_MIN: usize = 32 << 10;
+pub const STAGED_STREAM_MIN: usize = 32 << 10;
 
 /// The largest message a rank with `peers` same-host peers in other processes reads
 /// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says
@@ -633,7 +634,7 @@ pub struct ShmLink {
     /// Messages from [`SINGLE_COPY_MIN`] up to this size go single-copy (when `single_copy`;
     /// see `single_copy_for`).
     single_copy_max: usize,
-    /// Whether staged Reduce messages from [`STREAM_MIN`] up are written with streaming stores.
+    /// Whether staged Reduce messages from [`STAGED_STREAM_MIN`] up are written with streaming stores.
     stream_stores: bool,
     stream: TcpStream,
     tx: VecDeque<TxOp>,
@@ -755,8 +756,10 @@ impl ShmLink {
                         &op.tag,
                     );
                     let (src, dst) = ((op.ptr as *const u8).add(op.off), slot.add(data_off));
-                    if self.stream_stores && op.staged && op.len >= STREAM_MIN {
-                        stream::copy(dst, src, n);
+                    if self.stream_stores && op.staged && op.len >= STAGED_STREAM_MIN {
+                        // Fenced before the release store below publishes the slot.
+                        stream_unfenced(src, dst, n);
+                        fence();
                     } else if n > 0 {
                         std::ptr::copy_nonoverlapping(src, dst, n);
                     }

@@ -1081,13 +1081,31 @@ impl Communicator {
         };
         // SAFETY: the ffi layer validated the buffers against the operation's counts, and the
         // scratch holds what the path needs (grown before the call).
-        let r = unsafe { small::run(ep, s, &bufs, red, timeout, tags) }.map_err(|e| {
+        let r = unsafe { small::run(ep, s, &bufs, red, timeout, tags) };
+        let peers = s.partners().map(|p| {
+            let (sent, received) = s.traffic_with(p);
+            (p, sent, received)
+        });
+        self.one_step_done(ep, args, small::ALGO, start, r, peers)
+    }
+
+    /// Ends a call that ran as one step on the path `algo` (the small path, the write path
+    /// between threads), started at `start` when tracing is on: names the call in its error,
+    /// records an error that broke the links as the communicator's async error, and traces the
+    /// call as one step with `peers` (each: peer, bytes sent to it, bytes received from it).
+    fn one_step_done(
+        &self,
+        ep: &Endpoint,
+        args: &OpArgs,
+        algo: &'static str,
+        start: Option<Instant>,
+        r: Result<()>,
+        peers: impl Iterator<Item = (u32, u64, u64)>,
+    ) -> Result<()> {
+        let r = r.map_err(|e| {
             let e = e.context(format!(
-                "comm {} rank {} {} ({} path)",
-                self.name,
-                self.rank,
-                args.name,
-                small::ALGO
+                "comm {} rank {} {} ({algo} path)",
+                self.name, self.rank, args.name
             ));
             if ep.broken().is_some() {
                 self.record_async_error(&e);
@@ -1096,16 +1114,12 @@ impl Communicator {
         });
         if let (Some(t), Some(start)) = (&self.trace, start) {
             let end = Instant::now();
-            let peers = s
-                .partners()
-                .map(|peer| {
-                    let (sent, received) = s.traffic_with(peer);
-                    PeerTraffic {
-                        peer,
-                        sent,
-                        received,
-                        link: ep.link_info(peer),
-                    }
+            let peers = peers
+                .map(|(peer, sent, received)| PeerTraffic {
+                    peer,
+                    sent,
+                    received,
+                    link: ep.link_info(peer),
                 })
                 .collect();
             t.record(&OpTrace {
@@ -1113,7 +1127,7 @@ impl Communicator {
                 dtype: args.dtype.name(),
                 count: element_count(&args.coll, args.dtype.size()),
                 reduce: args.op.map(|o| o.name()),
-                algorithms: &[small::ALGO],
+                algorithms: &[algo],
                 start,
                 end,
                 error: r.as_ref().err().map(|e| e.msg.as_str()),
@@ -1329,44 +1343,12 @@ impl Communicator {
         let red =
             red.ok_or_else(|| Error::new(ErrorKind::Internal, "AllReduce without an operator"))?;
         // SAFETY: the ffi layer validated both buffers against the operation's count.
-        let r = unsafe { push::allreduce(ep, args.send, args.recv, count, &red, dl, call) }
-            .map_err(|e| {
-                let e = e.context(format!(
-                    "comm {} rank {} {} ({} path)",
-                    self.name,
-                    self.rank,
-                    args.name,
-                    push::ALGO
-                ));
-                if ep.broken().is_some() {
-                    self.record_async_error(&e);
-                }
-                e
-            });
-        if let (Some(t), Some(start)) = (&self.trace, start) {
-            let end = Instant::now();
-            let peers = (0..self.size)
-                .filter(|&p| p != self.rank)
-                .map(|peer| PeerTraffic {
-                    peer,
-                    sent: traffic.sent[0] / (self.size as u64 - 1),
-                    received: traffic.recv[0] / (self.size as u64 - 1),
-                    link: ep.link_info(peer),
-                })
-                .collect();
-            t.record(&OpTrace {
-                op: args.name,
-                dtype: args.dtype.name(),
-                count: count as u64,
-                reduce: args.op.map(|o| o.name()),
-                algorithms: &[push::ALGO],
-                start,
-                end,
-                error: r.as_ref().err().map(|e| e.msg.as_str()),
-                steps: &[StepTrace { start, end, peers }],
-            });
-        }
-        r
+        let r = unsafe { push::allreduce(ep, args.send, args.recv, count, &red, dl, call) };
+        let others = self.size as u64 - 1;
+        let peers = (0..self.size)
+            .filter(|&p| p != self.rank)
+            .map(|p| (p, traffic.sent[0] / others, traffic.recv[0] / others));
+        self.one_step_done(ep, args, push::ALGO, start, r, peers)
     }
 
     /// The schedules of `args` (see [`Communicator::make_plan`]).

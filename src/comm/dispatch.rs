@@ -29,31 +29,32 @@ const ACL_ERROR_INVALID_PARAM: i32 = 100_000;
 const ACL_ERROR_INVALID_RESOURCE_HANDLE: i32 = 200_005;
 
 /// Dispatches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
-pub fn dispatch(comm: Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
+pub fn dispatch(comm: &Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
     dispatch_reusing(comm, args, stream, drop)
 }
 
 /// [`dispatch`], handing `args` back to `reuse` once the operation has run on the calling
 /// thread (neither grouped nor queued on a stream), so that a caller can refill what it
-/// allocated for the next call instead of allocating again.
+/// allocated for the next call instead of allocating again. `comm` is cloned only for an
+/// operation that outlives the call (grouped or queued).
 pub fn dispatch_reusing(
-    comm: Arc<Communicator>,
+    comm: &Arc<Communicator>,
     args: OpArgs,
     stream: usize,
     reuse: impl FnOnce(OpArgs),
 ) -> Result<()> {
     if group::active() {
-        group::record(comm, args);
+        group::record(Arc::clone(comm), args);
         return Ok(());
     }
     if stream != 0 {
         if let Some(rt) = host_runtime::get() {
-            return enqueue(rt, comm, args, stream);
+            return enqueue(rt, Arc::clone(comm), args, stream);
         }
     }
     let order = comm.order();
     let (ticket, ready) = order.take_now();
-    let r = run_in_turn(&comm, &args, order, ticket, ready);
+    let r = run_in_turn(comm, &args, order, ticket, ready);
     reuse(args);
     r
 }

@@ -286,21 +286,16 @@ unsafe fn body<T: Copy + Default, O: BinOp<T>, const N: usize>(
             ptr::write_unaligned(dst.add(off).cast::<[T; N]>(), r);
         }
     }
-    let rem = (count - full * N) * size_of::<T>();
-    if rem != 0 {
-        let off = full * bytes;
-        let mut va = [T::default(); N];
-        let mut vb = [T::default(); N];
-        // SAFETY: `rem` bytes remain in every buffer at `off`, and fit the local arrays.
+    // The tail element by element: the same operation per element as in a block, without
+    // padding a block through memcpy and memset (most of a few-element call's cost).
+    for i in full * N..count {
+        let off = i * size_of::<T>();
+        // SAFETY: element `i < count` lies within every buffer; it is read before written.
         unsafe {
-            ptr::copy_nonoverlapping(a.add(off), va.as_mut_ptr().cast::<u8>(), rem);
-            ptr::copy_nonoverlapping(b.add(off), vb.as_mut_ptr().cast::<u8>(), rem);
+            let x = ptr::read_unaligned(a.add(off).cast::<T>());
+            let y = ptr::read_unaligned(b.add(off).cast::<T>());
+            ptr::write_unaligned(dst.add(off).cast::<T>(), O::apply(x, y));
         }
-        for (x, &y) in va.iter_mut().zip(&vb) {
-            *x = O::apply(*x, y);
-        }
-        // SAFETY: as above.
-        unsafe { ptr::copy_nonoverlapping(va.as_ptr().cast::<u8>(), dst.add(off), rem) };
     }
 }
 

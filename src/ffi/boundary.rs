@@ -39,7 +39,7 @@ macro_rules! entry {
             |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
-            |$c: ::std::sync::Arc<$crate::comm::Communicator>| -> $crate::base::error::Result<()> {
+            |$c: &::std::sync::Arc<$crate::comm::Communicator>| -> $crate::base::error::Result<()> {
                 $body
             },
         )
@@ -171,10 +171,13 @@ pub fn enter_comm(
     api: &'static str,
     handle: HcclComm,
     args: impl FnOnce(&mut String),
-    body: impl FnOnce(Arc<Communicator>) -> Result<()>,
+    body: impl FnOnce(&Arc<Communicator>) -> Result<()>,
 ) -> HcclResult {
     crate::base::logging::init_from_env();
     // The lookup may take a lock and clones an Arc: inside the boundary like everything else.
+    // The body borrows that one Arc, which also keeps the communicator alive for the lines
+    // written after it (a destroy inside the body included); what outlives the call (a
+    // grouped or queued operation) clones it.
     let found =
         catch_unwind(AssertUnwindSafe(|| super::validate::comm(handle))).unwrap_or_else(|_| {
             Err(Error::new(
@@ -184,11 +187,9 @@ pub fn enter_comm(
         });
     match found {
         Ok(c) => {
-            // The body takes the Arc; the lines keep a second one.
-            let held = Arc::clone(&c);
-            let context = Context::Comm(&held);
+            let context = Context::Comm(&c);
             log_entry(api, &context, args);
-            guarded(api, &context, || body(c))
+            guarded(api, &context, || body(&c))
         }
         Err(e) => {
             log_entry(api, &Context::Handle(handle), args);

@@ -69,7 +69,7 @@ pub unsafe extern "C" fn HcclBroadcast(
 ) -> HcclResult {
     entry!(comm(comm => c), buf, count, dataType, root, stream; {
         let dt = v::dtype(dataType)?;
-        let root = v::rank_in(root, &c, "root")?;
+        let root = v::rank_in(root, c, "root")?;
         let b = v::buffer(buf, v::bytes(count, dt)?, "buf")?;
         let args = OpArgs {
             name: op_name!(),
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn HcclReduce(
     entry!(comm(comm => c), sendBuf, recvBuf, count, dataType, op, root, stream; {
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
-        let root = v::rank_in(root, &c, "root")?;
+        let root = v::rank_in(root, c, "root")?;
         let n = v::bytes(count, dt)?;
         let recv_bytes = if c.rank() == root { n } else { 0 };
         let args = OpArgs {
@@ -186,7 +186,7 @@ pub unsafe extern "C" fn HcclAllGatherV(
         let counts = unsafe { v::u64_array(recvCounts, c.size(), "recvCounts") }?;
         // SAFETY: as above.
         let displs = unsafe { v::u64_array(recvDispls, c.size(), "recvDispls") }?;
-        own_count(&c, &counts, sendCount, ("sendCount", "recvCounts"))?;
+        own_count(c, &counts, sendCount, ("sendCount", "recvCounts"))?;
         let ext = v::extent(&counts, &displs)?;
         let args = OpArgs {
             name: op_name!(),
@@ -254,7 +254,7 @@ pub unsafe extern "C" fn HcclReduceScatterV(
         let counts = unsafe { v::u64_array(sendCounts, c.size(), "sendCounts") }?;
         // SAFETY: as above.
         let displs = unsafe { v::u64_array(sendDispls, c.size(), "sendDispls") }?;
-        own_count(&c, &counts, recvCount, ("recvCount", "sendCounts"))?;
+        own_count(c, &counts, recvCount, ("recvCount", "sendCounts"))?;
         let ext = v::extent(&counts, &displs)?;
         let args = OpArgs {
             name: op_name!(),
@@ -283,7 +283,7 @@ pub unsafe extern "C" fn HcclScatter(
 ) -> HcclResult {
     entry!(comm(comm => c), sendBuf, recvBuf, recvCount, dataType, root, stream; {
         let dt = v::dtype(dataType)?;
-        let root = v::rank_in(root, &c, "root")?;
+        let root = v::rank_in(root, c, "root")?;
         let n = v::bytes(recvCount, dt)?;
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
         let send_bytes = if c.rank() == root { total } else { 0 };
@@ -498,13 +498,13 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
 /// One send or receive of `count` elements with `peer`.
 fn p2p(
     name: &'static str,
-    c: std::sync::Arc<Communicator>,
+    c: &std::sync::Arc<Communicator>,
     send: bool,
     (buf, count, dataType, peer): (*mut c_void, u64, HcclDataTypeRaw, u32),
     stream: aclrtStream,
 ) -> Result<()> {
     let dt = v::dtype(dataType)?;
-    let peer = v::rank_in(peer, &c, if send { "destRank" } else { "srcRank" })?;
+    let peer = v::rank_in(peer, c, if send { "destRank" } else { "srcRank" })?;
     let n = v::bytes(count, dt)?;
     let b = v::buffer(buf, n, if send { "sendBuf" } else { "recvBuf" })?;
     let (mut items, mut ext) = spare_p2p();
@@ -615,7 +615,7 @@ pub unsafe extern "C" fn HcclBatchSendRecv(
                 }
             };
             let dt = v::dtype(it.dataType).map_err(at)?;
-            let peer = v::rank_in(it.remoteRank, &c, "remoteRank").map_err(at)?;
+            let peer = v::rank_in(it.remoteRank, c, "remoteRank").map_err(at)?;
             let n = v::bytes(it.count, dt).map_err(at)?;
             ext.push(v::buffer(it.buf, n, "buf").map_err(at)?);
             items.push(P2pItem {

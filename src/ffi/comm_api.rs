@@ -268,8 +268,7 @@ pub unsafe extern "C" fn HcclCommInitAll(
 /// Destroys a communicator handle and frees everything it holds.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> HcclResult {
-    entry!(comm(comm => c); {
-        drop(c);
+    entry!(comm(comm => _c); {
         let c = registry::remove(comm as usize)?;
         log::info!("comm {} rank {} destroyed", c.name(), c.rank());
         Ok(())

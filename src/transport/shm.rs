@@ -108,6 +108,14 @@ pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 /// other operations' staged chunks (large AllReduce) are not measured yet and stay plain.
 pub const STAGED_STREAM_MIN: usize = 32 << 10;
 
+/// A staged operation's message ([`SendHint::staged`]) goes out in at least this many chunks
+/// (of at least [`STAGED_PIECE_MIN`] bytes) even when it fits one slot, so the sender's copy
+/// into the ring and the receiver's reduction out of it overlap.
+pub const STAGED_PIECES: usize = 4;
+/// Smallest chunk [`STAGED_PIECES`] splits a staged message into: below it a slot's hand-over
+/// costs more than the overlap gains.
+pub const STAGED_PIECE_MIN: usize = 16 << 10;
+
 /// The largest message a rank with `peers` same-host peers in other processes reads
 /// single-copy (from [`SINGLE_COPY_MIN`] bytes up): as `setting` (`HCCL_SHM_SINGLE_COPY`) says
 /// (`0`: none, `1`: any size), or when unset, any size with at least [`SINGLE_COPY_MIN_PEERS`]
@@ -728,6 +736,13 @@ impl ShmLink {
                 let slot = self.out.slot(self.wr);
                 let n = if op.cma {
                     0
+                } else if op.staged {
+                    // At least STAGED_PIECES chunks, so the receiver reduces one while the
+                    // sender fills the next: a message of one slot left them taking turns.
+                    let piece = (op.len / STAGED_PIECES)
+                        .next_multiple_of(64)
+                        .max(STAGED_PIECE_MIN);
+                    (op.len - op.off).min(self.out.slot_bytes).min(piece)
                 } else {
                     (op.len - op.off).min(self.out.slot_bytes)
                 };
@@ -2211,6 +2226,31 @@ mod tests {
             dst.iter().filter(|&&v| v == 9).count(),
             2 * share_chunk(len)
         );
+    }
+
+    #[test]
+    fn a_staged_message_of_one_slot_goes_in_pieces_the_receiver_reduces_exactly() {
+        let staged = SendHint {
+            staged: true,
+            ..SendHint::default()
+        };
+        let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        let (mut a, mut b) = links_max(1 << 20, 0);
+        let len = 100_003;
+        assert!(len <= a.out.slot_bytes);
+        let src: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+        let mut dst: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        // SAFETY: buffers outlive the drive below.
+        unsafe {
+            a.post_send_hinted(src.as_ptr(), len, T, staged).unwrap();
+            b.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
+                .unwrap();
+        }
+        let before = a.wr;
+        assert!(a.progress_tx());
+        assert_eq!(a.wr - before, STAGED_PIECES as u64, "chunks published");
+        drive(&mut a, &mut b).unwrap();
+        assert!((0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8)));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::backoff::{Until, NO_CPU};
 use super::doorbell::Doorbell;
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
-use super::tag::{OpKind, Tag};
+use super::tag::Tag;
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::stream::{copy_streaming, STREAM_MIN};
@@ -381,7 +381,7 @@ impl InprocFabric {
     /// or a peer stuck in another collective of the same number or of a later one (it got
     /// past this one without this rank). Point-to-point messages run outside that order.
     fn push_stray(&self, me: usize, tag: &Tag) -> Option<Error> {
-        let collective = |t: &Tag| t.0[4] != OpKind::P2p as u8;
+        let collective = |t: &Tag| !t.is_p2p();
         (0..self.n).filter(|&p| p != me).find_map(|p| {
             let queued = self.peek_tag(p, me).filter(collective);
             let stuck = (*self.stuck[p].lock()).filter(|t| {

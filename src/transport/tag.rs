@@ -160,6 +160,11 @@ impl Tag {
     pub fn seq(&self) -> u32 {
         u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]])
     }
+
+    /// Whether this tags a point-to-point message, read without decoding the rest.
+    pub fn is_p2p(&self) -> bool {
+        self.0[4] == OpKind::P2p as u8
+    }
 }
 
 impl OpTag {

@@ -970,14 +970,15 @@ mod tests {
     fn a_rank_that_panics_mid_operation_fails_every_peer() {
         let f = fabric(3, 11);
         let got = on_ranks(&f, |r, f| {
-            let call = f
-                .push_enter(r, &op(OpKind::AllReduce, 1), BUFS, None)
-                .unwrap();
+            let call = f.push_enter(r, &op(OpKind::AllReduce, 1), BUFS, None);
             if r == 1 {
+                let _call = call.unwrap();
                 panic!("injected: rank 1 fails while computing");
             }
-            // A bound far past any scheduling delay: without the failure they would wait for it.
-            call.finish(Some(Instant::now() + std::time::Duration::from_secs(60)))
+            // A peer still entering when rank 1 fails learns it there; one that entered, at
+            // its finish. A bound far past any scheduling delay: without the failure they
+            // would wait for it.
+            call?.finish(Some(Instant::now() + std::time::Duration::from_secs(60)))
         });
         assert!(got[1].is_err(), "rank 1 panicked");
         for r in [0, 2] {

@@ -230,6 +230,13 @@ pub struct EnvConfig {
     /// through the staging rings. Unset (`None`): the link decides by the number of peers and the
     /// operation's size (see `transport::shm::single_copy_max`).
     pub shm_single_copy: Option<bool>,
+    /// `HCCL_SHM_SHARE` (our extension, 0/1, default 1): whether the sender of a single-copy
+    /// one-way message writes part of it into the receiver's buffer while the receiver reads
+    /// the rest (`transport::shm`).
+    pub shm_share: bool,
+    /// `HCCL_SHM_STREAM` (our extension, 0/1, default 1): whether a staged Reduce writes the
+    /// shared-memory ring with streaming stores (`transport::shm`).
+    pub shm_stream: bool,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).
     pub cost_model: Option<String>,
@@ -706,6 +713,8 @@ impl EnvConfig {
             }
         };
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
+        let shm_share = r.flag("HCCL_SHM_SHARE")?.unwrap_or(true);
+        let shm_stream = r.flag("HCCL_SHM_STREAM")?.unwrap_or(true);
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
         let topology_file = r.raw("HCCL_TOPOLOGY_FILE").map(PathBuf::from);
@@ -737,6 +746,8 @@ impl EnvConfig {
             net_plugin: r.raw("HCCL_NET_PLUGIN"),
             rank_host_map,
             shm_single_copy,
+            shm_share,
+            shm_stream,
             cost_model,
             cost_calibrate,
             topology_file,
@@ -842,6 +853,11 @@ mod tests {
             ok(&[("HCCL_SHM_SINGLE_COPY", "1")]).shm_single_copy,
             Some(true)
         );
+        assert!(c.shm_share && c.shm_stream);
+        assert!(!ok(&[("HCCL_SHM_SHARE", "0")]).shm_share);
+        assert!(!ok(&[("HCCL_SHM_STREAM", "false")]).shm_stream);
+        bad("HCCL_SHM_SHARE", "off");
+        bad("HCCL_SHM_STREAM", "2");
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
@@ -882,6 +898,8 @@ mod tests {
             "HCCL_HOST_ID",
             "HCCL_RANK_HOST_MAP",
             "HCCL_SHM_SINGLE_COPY",
+            "HCCL_SHM_SHARE",
+            "HCCL_SHM_STREAM",
             "HCCL_COST_MODEL",
             "HCCL_COST_CALIBRATE",
             "HCCL_TOPOLOGY_FILE",

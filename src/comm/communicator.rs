@@ -545,6 +545,8 @@ impl Communicator {
                     budget: cfg.buffer_bytes,
                     single_copy_max: below,
                     crowded: on_host > cores,
+                    share_copies: cfg.env.shm_share,
+                    stream_stores: cfg.env.shm_stream,
                 };
                 for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {
                     match a {

@@ -1456,6 +1456,11 @@ pub struct ShmOptions {
     pub single_copy_max: usize,
     /// Whether the host runs more ranks than it has cores.
     pub crowded: bool,
+    /// Whether senders may write part of a single-copy message the receiver stores
+    /// (`HCCL_SHM_SHARE`).
+    pub share_copies: bool,
+    /// Whether staged Reduce messages are written with streaming stores (`HCCL_SHM_STREAM`).
+    pub stream_stores: bool,
 }
 
 fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
@@ -1634,10 +1639,9 @@ pub fn introduce(
                         peer_map,
                         inp,
                         single_copy: answer[1] == 1,
-                        share_copies: answer[1] == 1
-                            && std::env::var("HCCL_SHM_SHARE").map_or(true, |v| v != "0"),
+                        share_copies: answer[1] == 1 && opts.share_copies,
                         single_copy_max: opts.single_copy_max,
-                        stream_stores: std::env::var("HCCL_SHM_STREAM").map_or(true, |v| v != "0"),
+                        stream_stores: opts.stream_stores,
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),
@@ -1680,6 +1684,8 @@ mod tests {
             budget,
             single_copy_max: max,
             crowded: false,
+            share_copies: true,
+            stream_stores: true,
         };
         let dl = Instant::now() + Duration::from_secs(20);
         let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());

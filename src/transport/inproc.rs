@@ -10,6 +10,13 @@
 //! taken: a second copy of a few bytes costs less than making the sender wait until its
 //! receiver gets a turn on a core, and the bound keeps a sender that runs ahead from queueing
 //! without end.
+//!
+//! Messages of at most [`LANE_MAX`] bytes skip the mailbox when nothing queued in it is
+//! untaken: each pair also has a lane, a ring of [`LANE_SLOTS`] cache lines, and such a message
+//! is written whole into one line (sequence word, length, tag, bytes), which its receiver reads
+//! with one load of that line, as between processes over shared memory. Every lane message is
+//! older than every queued one (a sender writes to the lane only while its queue is drained),
+//! so a receiver takes the lane's next message before the queue's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,7 +28,7 @@ use parking_lot::Mutex;
 use super::backoff::{Until, NO_CPU};
 use super::doorbell::Doorbell;
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
-use super::tag::Tag;
+use super::tag::{Tag, TAG_LEN};
 use super::ReduceFn;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::stream::{copy_streaming, STREAM_MIN};
@@ -40,6 +47,47 @@ const PUSH_TICK_MS: i32 = 50;
 /// stores: their destination is read anyway.
 pub const STREAM_OP_MIN: usize = 16 << 20;
 
+/// Lines in the lane of a pair: how far a sender of small messages runs ahead of its receiver
+/// before it queues them in the mailbox instead.
+pub const LANE_SLOTS: usize = 8;
+/// Largest message carried in a lane line: what the line leaves beside its sequence word,
+/// length and tag.
+pub const LANE_MAX: usize = 64 - 16 - TAG_LEN;
+/// Words of a lane line: sequence word, length, tag, bytes.
+const LANE_WORDS: usize = 8;
+const LANE_TAG_WORD: usize = 2;
+const LANE_DATA_WORD: usize = LANE_TAG_WORD + TAG_LEN / 8;
+
+/// One line of a lane: the sequence word (the message's number in the lane plus one, written
+/// last), its length, its tag and its bytes, as words so that both sides use plain atomics.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct LaneLine([AtomicU64; LANE_WORDS]);
+
+/// A counter alone on its line: one side writes it, the other reads it now and then.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct OwnLine(AtomicU64);
+
+/// The lane of one ordered pair (see the module documentation).
+#[derive(Debug, Default)]
+struct Lane {
+    lines: [LaneLine; LANE_SLOTS],
+    /// Messages written; the sender's alone.
+    wr: OwnLine,
+    /// The last value of `rd` the sender read (it looks again only when the lane seems full).
+    rd_seen: OwnLine,
+    /// Messages taken; written by the receiver, read by the sender when the lane seems full.
+    rd: OwnLine,
+}
+
+/// A lane message as its receiver read it.
+struct LaneMsg {
+    len: usize,
+    tag: Tag,
+    data: [u8; LANE_MAX],
+}
+
 #[derive(Clone, Copy, Debug)]
 struct SendDesc {
     seq: u64,
@@ -54,6 +102,7 @@ struct SendDesc {
 }
 
 #[derive(Debug, Default)]
+#[repr(align(64))]
 struct Mailbox {
     queue: Mutex<VecDeque<SendDesc>>,
     posted: AtomicU64,
@@ -65,6 +114,8 @@ struct Mailbox {
 pub struct InprocFabric {
     n: usize,
     boxes: Vec<Mailbox>,
+    /// Per ordered pair, as `boxes`, its lane.
+    lanes: Vec<Lane>,
     /// Each rank's doorbell, set once when it joins (lock-free to ring: it is on every message's
     /// path). A rank that left keeps its entry; ringing it is harmless.
     bells: Vec<OnceLock<Arc<Doorbell>>>,
@@ -199,6 +250,7 @@ impl InprocFabric {
                 let f = Arc::new(InprocFabric {
                     n,
                     boxes: (0..n * n).map(|_| Mailbox::default()).collect(),
+                    lanes: (0..n * n).map(|_| Lane::default()).collect(),
                     bells: (0..n).map(|_| OnceLock::new()).collect(),
                     failed: AtomicBool::new(false),
                     fail_why: Mutex::new(None),
@@ -234,6 +286,10 @@ impl InprocFabric {
 
     fn mailbox(&self, src: usize, dst: usize) -> &Mailbox {
         &self.boxes[src * self.n + dst]
+    }
+
+    fn lane(&self, src: usize, dst: usize) -> &Lane {
+        &self.lanes[src * self.n + dst]
     }
 
     fn ring(&self, rank: usize) {
@@ -490,12 +546,163 @@ impl InprocFabric {
     /// Withdraws every unconsumed send from `src` to `dst`; on return no receiver reads the
     /// withdrawn buffers any more, so the sender may hand them back to its caller.
     pub fn cancel_sends(&self, src: usize, dst: usize) {
-        self.mailbox(src, dst).queue.lock().clear();
+        let mb = self.mailbox(src, dst);
+        let mut q = mb.queue.lock();
+        q.clear();
+        // Nothing untaken is left: the queue reads as drained again.
+        mb.consumed
+            .store(mb.posted.load(Ordering::Relaxed), Ordering::Release);
     }
 
     /// The tag of the oldest message from `src` to `dst` that no receive has taken yet.
     pub fn peek_tag(&self, src: usize, dst: usize) -> Option<Tag> {
-        self.mailbox(src, dst).queue.lock().front().map(|d| d.tag)
+        if let Some(m) = self.lane_head(src, dst) {
+            return Some(m.tag);
+        }
+        let q = self.mailbox(src, dst).queue.lock();
+        let front = q.front()?.tag;
+        // A lane message written before the front was queued is older (see `try_recv`).
+        Some(self.lane_head(src, dst).map_or(front, |m| m.tag))
+    }
+
+    /// Writes a message of at most [`LANE_MAX`] bytes from `src` to `dst` into their lane when
+    /// every queued message of the pair has been taken and the lane has a free line: the send
+    /// is then complete, and the receiver rung. Returns false, having changed nothing,
+    /// otherwise (the caller then posts the send). Only `src`'s thread sends to `dst`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes.
+    pub unsafe fn send_lane(
+        &self,
+        src: usize,
+        dst: usize,
+        ptr: *const u8,
+        len: usize,
+        tag: &Tag,
+    ) -> bool {
+        if len > LANE_MAX {
+            return false;
+        }
+        let mb = self.mailbox(src, dst);
+        // Lane messages must stay older than every queued one.
+        if mb.consumed.load(Ordering::Acquire) != mb.posted.load(Ordering::Relaxed) {
+            return false;
+        }
+        let lane = self.lane(src, dst);
+        let wr = lane.wr.0.load(Ordering::Relaxed);
+        if wr - lane.rd_seen.0.load(Ordering::Relaxed) >= LANE_SLOTS as u64 {
+            let rd = lane.rd.0.load(Ordering::Acquire);
+            lane.rd_seen.0.store(rd, Ordering::Relaxed);
+            if wr - rd >= LANE_SLOTS as u64 {
+                return false;
+            }
+        }
+        let mut data = [0u8; LANE_MAX];
+        if len > 0 {
+            // SAFETY: the caller guarantees `len` readable bytes at `ptr`; `len <= LANE_MAX`.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, data.as_mut_ptr(), len) };
+        }
+        let w = &lane.lines[wr as usize % LANE_SLOTS].0;
+        w[1].store(len as u64, Ordering::Relaxed);
+        for (i, c) in tag
+            .0
+            .chunks_exact(8)
+            .chain(data.chunks_exact(8))
+            .enumerate()
+        {
+            let word = u64::from_ne_bytes(c.try_into().expect("8 bytes"));
+            w[LANE_TAG_WORD + i].store(word, Ordering::Relaxed);
+        }
+        // The line is the receiver's from here until it counts the message taken.
+        w[0].store(wr + 1, Ordering::Release);
+        lane.wr.0.store(wr + 1, Ordering::Relaxed);
+        self.ring(dst);
+        true
+    }
+
+    /// The lane's next message from `src` to `dst`, when it has been written; read by `dst`.
+    fn lane_head(&self, src: usize, dst: usize) -> Option<LaneMsg> {
+        let lane = self.lane(src, dst);
+        let rd = lane.rd.0.load(Ordering::Relaxed);
+        let w = &lane.lines[rd as usize % LANE_SLOTS].0;
+        if w[0].load(Ordering::Acquire) != rd + 1 {
+            return None;
+        }
+        let mut m = LaneMsg {
+            len: w[1].load(Ordering::Relaxed) as usize,
+            tag: Tag::default(),
+            data: [0u8; LANE_MAX],
+        };
+        let words = |at: usize, out: &mut [u8]| {
+            for (i, c) in out.chunks_exact_mut(8).enumerate() {
+                c.copy_from_slice(&w[at + i].load(Ordering::Relaxed).to_ne_bytes());
+            }
+        };
+        words(LANE_TAG_WORD, &mut m.tag.0);
+        words(LANE_DATA_WORD, &mut m.data);
+        Some(m)
+    }
+
+    /// Counts the lane's next message from `src` to `dst` taken: its line goes back to the
+    /// sender.
+    fn lane_pop(&self, src: usize, dst: usize) {
+        let rd = &self.lane(src, dst).rd.0;
+        rd.store(rd.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    /// Takes the lane's next message from `src` to `dst` into `ptr` when it has been written
+    /// and is the one expected (`len` bytes, tagged `tag`) and the fabric is sound. Returns
+    /// false, having changed nothing, otherwise: the posted receive ([`Self::try_recv`]) then
+    /// takes the message or reports the disagreement.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes.
+    pub unsafe fn recv_lane(
+        &self,
+        src: usize,
+        dst: usize,
+        ptr: *mut u8,
+        len: usize,
+        tag: &Tag,
+    ) -> bool {
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.lane_head(src, dst) {
+            Some(m) if m.len == len && m.tag == *tag => {
+                // SAFETY: `ptr` holds `len <= LANE_MAX` bytes (the caller's contract).
+                unsafe { std::ptr::copy_nonoverlapping(m.data.as_ptr(), ptr, len) };
+                self.lane_pop(src, dst);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The error for a message of `sent_len` bytes tagged `sent` from `src` that `dst` expected
+    /// to be `len` bytes tagged `tag`; records it as the fabric's failure.
+    fn refuse(
+        &self,
+        sent: &Tag,
+        sent_len: usize,
+        src: usize,
+        dst: usize,
+        tag: &Tag,
+        len: usize,
+    ) -> Error {
+        let e = Tag::check(sent, tag, src as u32, dst as u32)
+            .err()
+            .unwrap_or_else(|| {
+                Error::new(
+                    ErrorKind::Para,
+                    format!(
+                        "message size mismatch: rank {src} sent {sent_len} bytes, rank {dst} \
+                         expected {len}"
+                    ),
+                )
+            });
+        self.fail(&e);
+        e
     }
 
     /// Whether the send with sequence `seq` from `src` to `dst` has been consumed.
@@ -519,7 +726,19 @@ impl InprocFabric {
         reduce: Option<&ReduceFn>,
         tag: &Tag,
     ) -> Result<bool> {
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        // The lane's next message is older than anything queued.
+        if let Some(m) = self.lane_head(src, dst) {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.take_lane(src, dst, m, ptr, len, reduce, tag) };
+        }
         let mb = self.mailbox(src, dst);
+        if mb.consumed.load(Ordering::Relaxed) == mb.posted.load(Ordering::Acquire) {
+            // Nothing queued: the mailbox's line is only read, not taken from the sender.
+            return Ok(false);
+        }
         // The copy happens under the mailbox lock so that a sender that gives up (see
         // `cancel_sends`) can be sure no receiver is still reading its buffer.
         let mut q = mb.queue.lock();
@@ -529,22 +748,17 @@ impl InprocFabric {
         let Some(front) = q.front() else {
             return Ok(false);
         };
-        if front.tag != *tag || front.len != len {
-            let e = Tag::check(&front.tag, tag, src as u32, dst as u32)
-                .err()
-                .unwrap_or_else(|| {
-                    Error::new(
-                        ErrorKind::Para,
-                        format!(
-                            "message size mismatch: rank {src} sent {} bytes, rank {dst} \
-                             expected {len}",
-                            front.len
-                        ),
-                    )
-                });
+        // A lane message written before the front was queued shows now (the lock orders it
+        // after the queueing), and is older.
+        if let Some(m) = self.lane_head(src, dst) {
             drop(q);
-            self.fail(&e);
-            return Err(e);
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.take_lane(src, dst, m, ptr, len, reduce, tag) };
+        }
+        if front.tag != *tag || front.len != len {
+            let (sent, sent_len) = (front.tag, front.len);
+            drop(q);
+            return Err(self.refuse(&sent, sent_len, src, dst, tag, len));
         }
         let desc = q.pop_front().expect("front exists");
         if len > 0 {
@@ -577,6 +791,38 @@ impl InprocFabric {
         if desc.eager.is_none() || queued >= EAGER_DEPTH {
             self.ring(src);
         }
+        Ok(true)
+    }
+
+    /// [`Self::try_recv`] of the lane's next message `m`: checked, delivered, counted taken.
+    ///
+    /// # Safety
+    /// As for [`Self::try_recv`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn take_lane(
+        &self,
+        src: usize,
+        dst: usize,
+        m: LaneMsg,
+        ptr: *mut u8,
+        len: usize,
+        reduce: Option<&ReduceFn>,
+        tag: &Tag,
+    ) -> Result<bool> {
+        if m.tag != *tag || m.len != len {
+            return Err(self.refuse(&m.tag, m.len, src, dst, tag, len));
+        }
+        if len > 0 {
+            // SAFETY: `ptr` is valid for `len <= LANE_MAX` bytes (the caller's contract); the
+            // message's bytes are a copy of this rank's own.
+            unsafe {
+                match reduce {
+                    None => std::ptr::copy_nonoverlapping(m.data.as_ptr(), ptr, len),
+                    Some(r) => r.apply(ptr, m.data.as_ptr(), len),
+                }
+            }
+        }
+        self.lane_pop(src, dst);
         Ok(true)
     }
 }
@@ -659,6 +905,10 @@ impl Link for MemoryLink {
         hint: SendHint,
     ) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
+        if unsafe { self.send_now(ptr, len, &tag) } {
+            return Ok(());
+        }
+        // SAFETY: forwarded from this function's contract.
         let posted = unsafe {
             self.fabric
                 .post_send(self.me, self.peer, ptr, len, tag, hint)
@@ -685,6 +935,18 @@ impl Link for MemoryLink {
             turn: reduce.map(|_| shared.reduce_turn()),
         });
         Ok(())
+    }
+
+    /// Takes the message from the pair's lane (see the module documentation).
+    unsafe fn recv_now(&mut self, ptr: *mut u8, len: usize, tag: &Tag) -> bool {
+        // SAFETY: forwarded from this function's contract.
+        self.recvs.is_empty() && unsafe { self.fabric.recv_lane(self.peer, self.me, ptr, len, tag) }
+    }
+
+    /// Writes the message into the pair's lane (see the module documentation).
+    unsafe fn send_now(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.fabric.send_lane(self.me, self.peer, ptr, len, tag) }
     }
 
     fn progress(&mut self, shared: &mut Shared) -> Result<bool> {
@@ -796,6 +1058,141 @@ mod tests {
             next.failure().is_none(),
             "a new communicator's fabric is fresh"
         );
+    }
+
+    /// Message `k` of the lane tests: its length (mostly lane-sized, some queued eagerly, some
+    /// rendezvous) and its bytes.
+    fn lane_msg(k: u32) -> Vec<u8> {
+        let len = match k % 7 {
+            0 => 0,
+            3 => LANE_MAX + 1 + k as usize % 40,
+            5 if k.is_multiple_of(3) => 1000,
+            _ => 1 + k as usize % LANE_MAX,
+        };
+        (0..len).map(|i| (k as usize * 31 + i) as u8).collect()
+    }
+
+    /// Small messages take the lane while the queue is drained and the lane has room, the
+    /// rest the queue; across the lane's wrap-around and interleaved with queued messages,
+    /// every message arrives once, whole and in sending order, and the lane is used again once
+    /// the queue drained.
+    #[test]
+    fn lane_and_queue_messages_arrive_in_sending_order() {
+        let f = fabric(2, 40);
+        // One thread: a full lane, then the queue, then nothing more on the lane.
+        let x = [9u8; 8];
+        // SAFETY: 8 readable bytes at `x`.
+        let lane = || unsafe { f.send_lane(0, 1, x.as_ptr(), 8, &T) };
+        for k in 0..LANE_SLOTS {
+            assert!(lane(), "line {k}");
+        }
+        assert!(!lane(), "the lane is full");
+        // SAFETY: eager: copied at posting.
+        unsafe { f.post_send(0, 1, x.as_ptr(), 8, T, SendHint::default()) };
+        let mut got = [0u8; 8];
+        // SAFETY: a destination of 8 bytes.
+        let mut take = || unsafe { f.try_recv(0, 1, got.as_mut_ptr(), 8, None, &T) }.unwrap();
+        assert!(take());
+        assert!(
+            !lane(),
+            "a queued message is untaken: the next one queues behind it"
+        );
+        for _ in 0..LANE_SLOTS {
+            assert!(take());
+        }
+        assert!(!take());
+        assert!(lane(), "drained: the lane again");
+
+        // Two threads, through the links, many times around the lane.
+        let f = fabric(2, 41);
+        const N: u32 = 3000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut link = MemoryLink::new(f.clone(), 0, 1);
+                let mut shared = Shared::default();
+                for k in 0..N {
+                    let m = lane_msg(k);
+                    let tag = op(OpKind::P2p, k);
+                    // SAFETY: `m` outlives the wait for the link to be idle below.
+                    unsafe { link.post_send(m.as_ptr(), m.len(), tag).unwrap() };
+                    while !link.idle() {
+                        link.progress(&mut shared).unwrap();
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let mut link = MemoryLink::new(f.clone(), 1, 0);
+            let mut shared = Shared::default();
+            for k in 0..N {
+                let want = lane_msg(k);
+                let tag = op(OpKind::P2p, k);
+                let mut got = vec![0xeeu8; want.len()];
+                // SAFETY: `got` holds its length and outlives the loop below.
+                let now = unsafe { link.recv_now(got.as_mut_ptr(), got.len(), &tag) };
+                if !now {
+                    // SAFETY: as above.
+                    unsafe {
+                        link.post_recv(got.as_mut_ptr(), got.len(), None, tag, &mut shared)
+                            .unwrap()
+                    };
+                    while !link.idle() {
+                        link.progress(&mut shared).unwrap();
+                        std::thread::yield_now();
+                    }
+                }
+                assert_eq!(got, want, "message {k}");
+            }
+        });
+        assert!(f.failure().is_none());
+    }
+
+    /// A lane message of another operation or size is refused, left unread and fails the
+    /// fabric as a queued one does; a direct receive never takes it.
+    #[test]
+    fn a_lane_message_that_disagrees_is_refused_and_left_unread() {
+        for (case, len) in [(0, 8), (1, 12)] {
+            let f = fabric(2, 42 + case);
+            let sent = op(OpKind::Broadcast, 1);
+            let want = if case == 0 {
+                op(OpKind::AllReduce, 1)
+            } else {
+                sent
+            };
+            let a = [7u8; 8];
+            let mut got = [0u8; 12];
+            // SAFETY: buffers of the stated lengths, alive for the calls.
+            unsafe {
+                assert!(f.send_lane(0, 1, a.as_ptr(), 8, &sent));
+                assert!(!f.recv_lane(0, 1, got.as_mut_ptr(), len, &want));
+                assert_eq!(f.peek_tag(0, 1), Some(sent));
+                let e = f
+                    .try_recv(0, 1, got.as_mut_ptr(), len, None, &want)
+                    .unwrap_err();
+                assert_eq!(e.kind, ErrorKind::Para, "case {case}: {}", e.msg);
+            }
+            assert_eq!(got, [0u8; 12], "case {case}: nothing was delivered");
+            assert_eq!(f.peek_tag(0, 1), Some(sent), "case {case}: left unread");
+            assert_eq!(f.failure().map(|e| e.kind), Some(ErrorKind::Para));
+        }
+    }
+
+    /// Once a rank failed the fabric (it died mid-operation), a receiver does not take even a
+    /// message already in the lane: it reports the failure.
+    #[test]
+    fn a_failed_fabric_fails_lane_receives() {
+        let f = fabric(2, 44);
+        let a = [3u8; 4];
+        let mut got = [0u8; 4];
+        // SAFETY: buffers of the stated lengths, alive for the calls.
+        unsafe { assert!(f.send_lane(0, 1, a.as_ptr(), 4, &T)) };
+        f.fail(&Error::new(ErrorKind::Internal, "rank 0 stopped"));
+        // SAFETY: as above.
+        unsafe {
+            assert!(!f.recv_lane(0, 1, got.as_mut_ptr(), 4, &T));
+            let e = f.try_recv(0, 1, got.as_mut_ptr(), 4, None, &T).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Remote, "{}", e.msg);
+        }
+        assert_eq!(got, [0u8; 4]);
     }
 
     /// A sender runs ahead by at most EAGER_DEPTH small messages: the next one completes when

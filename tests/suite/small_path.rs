@@ -468,3 +468,65 @@ fn processes_run_every_small_operation() {
         }
     }
 }
+
+/// `HCCL_EXEC_TIMEOUT` of [`a_thread_that_stops_calling_fails_its_peers_at_the_timeout`].
+const STOP_EXEC_S: u64 = 2;
+
+/// Three rank threads run small AllReduces, many more than a pair's lane of lines holds, each
+/// checked; then rank 2 stops calling. Ranks 0 and 1 have sent it their inputs at once (a small
+/// message between threads completes at posting) and wait for its input: each fails after
+/// `HCCL_EXEC_TIMEOUT`, and none reports success.
+#[test]
+fn a_thread_that_stops_calling_fails_its_peers_at_the_timeout() {
+    if !is_child() {
+        let s = STOP_EXEC_S.to_string();
+        run_self(
+            "a_thread_that_stops_calling_fails_its_peers_at_the_timeout",
+            &[("HCCL_EXEC_TIMEOUT", &s)],
+            Duration::from_secs(300),
+        );
+        return;
+    }
+    // Rank 2 leaves the communicator only once the others have returned.
+    let returned = std::sync::Arc::new(std::sync::Barrier::new(3));
+    run_ranks(3, Duration::from_secs(600), move |r| {
+        let call = |k: u32, out: &mut [f32; 2]| {
+            let input = [(r.rank * 1000 + k) as f32, k as f32];
+            unsafe {
+                HcclAllReduce(
+                    input.as_ptr() as *mut c_void,
+                    out.as_mut_ptr().cast(),
+                    2,
+                    FP32,
+                    SUM,
+                    r.comm,
+                    null_mut(),
+                )
+            }
+        };
+        for k in 0..50u32 {
+            let mut out = [0f32; 2];
+            r.expect_code(call(k, &mut out), HcclResult::HCCL_SUCCESS, "AllReduce");
+            let want = [(3000 + 3 * k) as f32, (3 * k) as f32];
+            r.check(out == want, || {
+                format!("call {k}: {out:?}, expected {want:?}")
+            });
+        }
+        if r.rank < 2 {
+            let t0 = std::time::Instant::now();
+            let mut out = [0f32; 2];
+            let rc = call(50, &mut out);
+            let el = t0.elapsed();
+            r.check(rc != HcclResult::HCCL_SUCCESS, || {
+                "the AllReduce without rank 2 succeeded".into()
+            });
+            // Not before the timeout, long before the default one; 15× for a loaded machine.
+            r.check(
+                el >= Duration::from_secs(STOP_EXEC_S) * 3 / 4
+                    && el < Duration::from_secs(STOP_EXEC_S * 15),
+                || format!("failed after {el:?} with HCCL_EXEC_TIMEOUT={STOP_EXEC_S}"),
+            );
+        }
+        returned.wait();
+    });
+}

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Builds the comparison programs of this directory into OUT_DIR: the MPI counterparts of the
-# testers (mpicc) and the shared-memory ping-pong (cc).
+# testers (mpicc), the shared-memory ping-pong and the single-copy floor (cc).
 #
 # usage: bench/build.sh OUT_DIR [PROGRAM...]
 #   PROGRAM: mpi_all_reduce, mpi_all_gather, mpi_broadcast, mpi_reduce_scatter, mpi_reduce,
-#   mpi_alltoall, mpi_scatter, mpi_send_recv, mpi_barrier, shm_pingpong (default: all of them)
+#   mpi_alltoall, mpi_scatter, mpi_send_recv, mpi_barrier, shm_pingpong, cma_floor (default: all
+#   of them)
 # BENCH_WERROR=1 turns compiler warnings into errors (the tests build so).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-[ $# -ge 1 ] || { sed -n '5,7p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '5,8p' "$0" >&2; exit 2; }
 out=$1
 shift
 progs=("$@")
 if [ ${#progs[@]} -eq 0 ]; then
-    progs=(shm_pingpong)
+    progs=(shm_pingpong cma_floor)
     for src in "$here"/mpi_*.c; do
         name=$(basename "$src" .c)
         [ "$name" = mpi_bench ] || progs+=("$name")

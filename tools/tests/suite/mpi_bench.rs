@@ -1,7 +1,8 @@
 //! The comparison programs of `bench/` and `scripts/compare_mpi.sh`: every MPI counterpart of a
 //! tester builds, runs with 2 ranks on a few tiny sizes and prints the tester's table with the
 //! same data sizes and bus factors and every result checked; an injected fault turns every row
-//! into `failed`; the shared-memory ping-pong prints its checked row; and the script pairs a
+//! into `failed`; the shared-memory ping-pong and the single-copy floor print their checked rows
+//! (and `failed` under an injected fault); and the script pairs a
 //! every tester with its counterpart into a well-formed table of medians and a plot per operation.
 //!
 //! Needs `mpirun` and `mpicc` (`scripts/setup.sh` installs them; without them the tests say they
@@ -268,6 +269,70 @@ fn pingpong_prints_its_checked_floor() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(check, "failed");
     assert!(stderr(&o).contains("wrong words"), "{}", stderr(&o));
+}
+
+/// `cma_floor -b 4K -e 16K`: its exit status, rows (size and check) and output.
+fn cma_floor(fault: bool) -> (Output, Vec<(u64, String)>, String) {
+    let mut c = Command::new("timeout");
+    c.arg("60")
+        .arg(built().join("cma_floor"))
+        .args(["-b", "4K", "-e", "16K", "-n", "20"]);
+    if fault {
+        c.env("HCCL_TEST_FAULT_INJECT", "corrupt");
+    } else {
+        c.env_remove("HCCL_TEST_FAULT_INJECT");
+    }
+    let o = c.output().unwrap();
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    let head: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(
+        head,
+        [
+            "data_size(B)",
+            "cma_us",
+            "cma_GB/s",
+            "memcpy_us",
+            "memcpy_GB/s",
+            "check_result"
+        ],
+        "{out}\n{}",
+        stderr(&o)
+    );
+    let rows = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 6, "{out}");
+            for x in &f[1..5] {
+                assert!(x.parse::<f64>().expect(x) > 0.0, "{out}");
+            }
+            (f[0].parse::<u64>().expect(f[0]), f[5].to_string())
+        })
+        .collect();
+    (o, rows, out)
+}
+
+#[test]
+fn cma_floor_prints_checked_rows() {
+    if !mpi_present() {
+        return;
+    }
+    let (o, rows, out) = cma_floor(false);
+    if o.status.code() == Some(1) && rows.is_empty() {
+        // The kernel refuses cross-memory attach here (as the library's probe would find).
+        assert!(stderr(&o).contains("process_vm_readv"), "{}", stderr(&o));
+        return;
+    }
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let want: Vec<(u64, String)> = [4096, 8192, 16384]
+        .into_iter()
+        .map(|s| (s, "success".to_string()))
+        .collect();
+    assert_eq!(rows, want, "{out}");
+    let (o, rows, out) = cma_floor(true);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{}", stderr(&o));
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(rows.iter().all(|(_, c)| c == "failed"), "{out}");
 }
 
 /// Runs `scripts/compare_mpi.sh ARGS -o DIR/cmp.png` with our test binaries; returns its

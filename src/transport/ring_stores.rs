@@ -29,7 +29,7 @@ pub const TRIPS: u32 = 64;
 /// a time slice).
 pub const MEASURE_MAX: Duration = Duration::from_millis(2);
 /// Polls of the line before each further poll yields the core (the peer may need it).
-const SPINS: u32 = 1000;
+const SPINS: u64 = 1000;
 /// Written by the pinging side when it is done, after the result.
 const STOP: u64 = u64::MAX;
 
@@ -57,7 +57,7 @@ pub fn measure_round_trip(
     deadline: Instant,
 ) -> Result<Duration> {
     let wait = |pred: &dyn Fn(u64) -> bool| -> Result<u64> {
-        let mut n = 0u32;
+        let mut n = 0u64;
         loop {
             let v = word.load(Ordering::Acquire);
             if pred(v) {

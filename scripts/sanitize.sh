@@ -10,7 +10,8 @@
 #
 # - asan, tsan: `cargo +nightly test` with RUSTFLAGS=-Zsanitizer=<s> and -Zbuild-std, over the
 #   library's unit tests and the thread-rank and process-rank suites (ranks as threads of one
-#   process, as processes over shared memory, as processes over TCP, and the error paths).
+#   process, as processes over shared memory, as processes over TCP, the error paths, the small-message path,
+#   the thread write path of large operations and eager rooted sends).
 #   -Zbuild-std rebuilds std with the same instrumentation: without it ThreadSanitizer cannot
 #   see the synchronisation inside std (Mutex, Condvar, channels, thread join) and reports
 #   false races, and AddressSanitizer misses errors inside std. It needs the nightly rust-src
@@ -27,8 +28,11 @@ cd "$(dirname "$0")/.."
 modes=("$@")
 [ ${#modes[@]} -gt 0 ] || modes=(asan tsan valgrind)
 host=$(rustc -vV | sed -n 's/^host: //p')
-# Modules of the integration test binary (tests/suite/) that run ranks.
-suites=(coll_threads:: coll_shm:: coll_tcp:: faults:: bounds::)
+# Modules of the integration test binary (tests/suite/) that run ranks in this process or in
+# re-executed children: the collectives on threads, shared memory and TCP, the error paths and
+# input bounds, the small-message path, the thread write path of large operations, and eager
+# rooted sends. Libtest matches each filter as a substring of `module::test`.
+suites=(coll_threads:: coll_shm:: coll_tcp:: faults:: bounds:: small_path:: large_threads:: eager::)
 # The algo:: unit tests simulate schedules symbolically for up to thousands of ranks: pure
 # arithmetic on safe Rust in one thread, which would take hours instrumented and has nothing
 # for a sanitizer to find.

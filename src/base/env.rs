@@ -234,9 +234,10 @@ pub struct EnvConfig {
     /// one-way message writes part of it into the receiver's buffer while the receiver reads
     /// the rest (`transport::shm`).
     pub shm_share: bool,
-    /// `HCCL_SHM_STREAM` (our extension, 0/1, default 1): whether a staged Reduce writes the
-    /// shared-memory ring with streaming stores (`transport::shm`).
-    pub shm_stream: bool,
+    /// `HCCL_SHM_STREAM` (our extension, 0/1): whether a staged Reduce writes the shared-memory
+    /// ring with streaming stores. Unset (`None`): each link chooses from what its plain copies
+    /// into the ring cost (see `transport::ring_stores`).
+    pub shm_stream: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).
     pub cost_model: Option<String>,
@@ -714,7 +715,7 @@ impl EnvConfig {
         };
         let shm_single_copy = r.flag("HCCL_SHM_SINGLE_COPY")?;
         let shm_share = r.flag("HCCL_SHM_SHARE")?.unwrap_or(true);
-        let shm_stream = r.flag("HCCL_SHM_STREAM")?.unwrap_or(true);
+        let shm_stream = r.flag("HCCL_SHM_STREAM")?;
         let cost_model = r.raw("HCCL_COST_MODEL");
         let cost_calibrate = r.flag("HCCL_COST_CALIBRATE")?.unwrap_or(false);
         let topology_file = r.raw("HCCL_TOPOLOGY_FILE").map(PathBuf::from);
@@ -853,9 +854,11 @@ mod tests {
             ok(&[("HCCL_SHM_SINGLE_COPY", "1")]).shm_single_copy,
             Some(true)
         );
-        assert!(c.shm_share && c.shm_stream);
+        assert!(c.shm_share);
+        assert_eq!(c.shm_stream, None);
         assert!(!ok(&[("HCCL_SHM_SHARE", "0")]).shm_share);
-        assert!(!ok(&[("HCCL_SHM_STREAM", "false")]).shm_stream);
+        assert_eq!(ok(&[("HCCL_SHM_STREAM", "false")]).shm_stream, Some(false));
+        assert_eq!(ok(&[("HCCL_SHM_STREAM", "1")]).shm_stream, Some(true));
         bad("HCCL_SHM_SHARE", "off");
         bad("HCCL_SHM_STREAM", "2");
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);

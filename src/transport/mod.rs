@@ -25,6 +25,7 @@ pub mod local;
 pub mod net;
 pub mod plugin;
 pub mod plugin_link;
+pub mod ring_stores;
 pub mod shm;
 pub mod tag;
 pub mod tcp;

@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
+use super::ring_stores;
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -97,7 +98,9 @@ pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 
 /// Messages of a staged operation ([`SendHint::staged`]: Reduce) at least this large are
-/// copied into the ring with streaming stores (`base::stream`) unless `HCCL_SHM_STREAM=0`.
+/// copied into the ring with streaming stores (`base::stream`) on a link whose cache-line round
+/// trip, measured at set-up, says the two cores share no cache (`transport::ring_stores`;
+/// `HCCL_SHM_STREAM` fixes the choice).
 /// Plain stores leave the data in the sender's cache, from where the receiver reads it fast
 /// only while both cores share a last-level cache; when they do not (a VM whose two virtual
 /// CPUs the host placed on different core complexes: the cache-line round trip measured
@@ -502,6 +505,18 @@ impl Channel {
     fn share_done(&self) -> &AtomicU64 {
         // SAFETY: bytes 32..40 of the channel's control line.
         unsafe { &*(self.base.add(32) as *const AtomicU64) }
+    }
+
+    /// The set-up round trip's ping word and result (`ring_stores::measure_round_trip`),
+    /// used once, before any message, in the lower rank's outbound channel.
+    fn round_trip_words(&self) -> (&AtomicU64, &AtomicU64) {
+        // SAFETY: bytes 40..56 of the channel's control line.
+        unsafe {
+            (
+                &*(self.base.add(40) as *const AtomicU64),
+                &*(self.base.add(48) as *const AtomicU64),
+            )
+        }
     }
 
     fn slot(&self, k: u64) -> *mut u8 {
@@ -1459,8 +1474,9 @@ pub struct ShmOptions {
     /// Whether senders may write part of a single-copy message the receiver stores
     /// (`HCCL_SHM_SHARE`).
     pub share_copies: bool,
-    /// Whether staged Reduce messages are written with streaming stores (`HCCL_SHM_STREAM`).
-    pub stream_stores: bool,
+    /// Whether staged Reduce messages are written with streaming stores (`HCCL_SHM_STREAM`;
+    /// `None`: per link by its measured round trip, see `transport::ring_stores`).
+    pub stream_stores: Option<bool>,
 }
 
 fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
@@ -1641,7 +1657,7 @@ pub fn introduce(
                         single_copy: answer[1] == 1,
                         share_copies: answer[1] == 1 && opts.share_copies,
                         single_copy_max: opts.single_copy_max,
-                        stream_stores: opts.stream_stores,
+                        stream_stores: true,
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),
@@ -1657,6 +1673,28 @@ pub fn introduce(
     // Every peer has answered, so every mapping that will exist exists: the descriptor can go,
     // and the memory now lives exactly as long as the mappings.
     drop(fd);
+    // One pair at a time, in the order of (lower rank, higher rank), which every rank's order
+    // of its peers follows: the pair that comes first overall always has both ranks waiting.
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by_key(|&i| out[i].0);
+    for i in order {
+        if let (p, Attached::Shm(l)) = &mut out[i] {
+            let chan = if me < *p { l.out } else { l.inp };
+            let (word, result) = chan.round_trip_words();
+            let rtt = ring_stores::measure_round_trip(word, result, me < *p, *p, deadline)?;
+            l.stream_stores = ring_stores::streams(opts.stream_stores, Some(rtt));
+            log::debug!(
+                "rank {me}: cache-line round trip to peer rank {p}: {} ns; staged Reduce \
+                 writes the ring with {} stores",
+                rtt.as_nanos(),
+                if l.stream_stores {
+                    "streaming"
+                } else {
+                    "plain"
+                }
+            );
+        }
+    }
     Ok(out)
 }
 
@@ -1685,7 +1723,7 @@ mod tests {
             single_copy_max: max,
             crowded: false,
             share_copies: true,
-            stream_stores: true,
+            stream_stores: None,
         };
         let dl = Instant::now() + Duration::from_secs(20);
         let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());
@@ -2286,6 +2324,32 @@ mod tests {
                 let exact =
                     (0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8));
                 assert!(exact, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn both_ends_of_a_link_make_the_same_store_choice_and_the_setting_fixes_it() {
+        for setting in [None, Some(true), Some(false)] {
+            let (a, b) = pair();
+            let opts = ShmOptions {
+                budget: 1 << 20,
+                single_copy_max: 0,
+                crowded: false,
+                share_copies: false,
+                stream_stores: setting,
+            };
+            let dl = Instant::now() + Duration::from_secs(20);
+            let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());
+            let mut la = introduce(0, vec![(1, a)], opts, dl).unwrap();
+            let mut lb = t.join().unwrap();
+            let (Attached::Shm(x), Attached::Shm(y)) = (la.pop().unwrap().1, lb.pop().unwrap().1)
+            else {
+                panic!("same-host introduction fell back to TCP");
+            };
+            assert_eq!(x.stream_stores, y.stream_stores, "{setting:?}");
+            if let Some(s) = setting {
+                assert_eq!(x.stream_stores, s);
             }
         }
     }

@@ -693,6 +693,7 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
 ///
 /// # Safety
 /// Every slot and `out` must hold `s.bytes` bytes; `out` overlaps no slot.
+#[inline(always)]
 unsafe fn combine(
     s: &Small,
     red: Option<ReduceFn>,

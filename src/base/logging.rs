@@ -41,12 +41,21 @@ pub fn init(level: log::LevelFilter, entry_log: bool) {
 /// Initialises logging from [`EnvConfig::global`] and then logs, once per process, the
 /// configuration's warnings at WARN. If the configuration is malformed, logs at ERROR level
 /// and reports the configuration error (the caller of `EnvConfig::global` will also fail on it).
+#[inline]
 pub fn init_from_env() {
-    static REPORT: Once = Once::new();
-    // Every API entry calls this: once done, skip fetching (cloning) the configuration.
-    if REPORT.is_completed() {
-        return;
+    // Every API entry calls this: once done, skip fetching (cloning) the configuration, with
+    // one inline load.
+    if !REPORT.is_completed() {
+        init_from_env_now();
     }
+}
+
+/// Whether [`init_from_env`] has run (and reported the configuration's warnings).
+static REPORT: Once = Once::new();
+
+#[cold]
+#[inline(never)]
+fn init_from_env_now() {
     let cfg = EnvConfig::global();
     let (level, entry_log) = cfg.as_ref().map_or((log::LevelFilter::Error, false), |c| {
         (c.log_level, c.entry_log)

@@ -937,7 +937,7 @@ impl Communicator {
         let last = inner
             .last
             .as_ref()
-            .filter(|l| l.elem == elem && l.coll == args.coll)
+            .filter(|l| l.elem == elem && same_coll(&l.coll, &args.coll))
             .map(|l| {
                 let same = l.dtype == args.dtype && l.op == args.op;
                 (l.plan.clone(), same.then_some(l.tag))
@@ -1509,6 +1509,24 @@ fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
         model.fabric = Some(f);
     }
     Ok(model)
+}
+
+/// `a == b`, with the shapes that carry no lists compared inline: every call compares its
+/// shape with the previous call's, and the derived comparison is a call over every variant.
+#[inline]
+fn same_coll(a: &Coll, b: &Coll) -> bool {
+    match (a, b) {
+        (Coll::AllReduce { count: x }, Coll::AllReduce { count: y })
+        | (Coll::AllGather { count: x }, Coll::AllGather { count: y })
+        | (Coll::ReduceScatter { count: x }, Coll::ReduceScatter { count: y }) => x == y,
+        (Coll::Broadcast { count: x, root: r }, Coll::Broadcast { count: y, root: q })
+        | (Coll::Reduce { count: x, root: r }, Coll::Reduce { count: y, root: q })
+        | (Coll::Scatter { count: x, root: r }, Coll::Scatter { count: y, root: q }) => {
+            x == y && r == q
+        }
+        (Coll::Barrier, Coll::Barrier) => true,
+        _ => a == b,
+    }
 }
 
 /// Whether a collective moves no data at all (every count zero). Point-to-point transfers and

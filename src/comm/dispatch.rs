@@ -30,7 +30,12 @@ const ACL_ERROR_INVALID_RESOURCE_HANDLE: i32 = 200_005;
 
 /// Dispatches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
 pub fn dispatch(comm: &Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
-    dispatch_reusing(comm, args, stream, drop)
+    if group::active() || stream != 0 {
+        return dispatch_reusing(comm, args, stream, drop);
+    }
+    // Run now, `args` dropped where it lies: handing it to `drop` copied it (a `memcpy` call)
+    // on every call.
+    run_now(comm, &args)
 }
 
 /// [`dispatch`], handing `args` back to `reuse` once the operation has run on the calling
@@ -52,11 +57,16 @@ pub fn dispatch_reusing(
             return enqueue(rt, Arc::clone(comm), args, stream);
         }
     }
-    let order = comm.order();
-    let (ticket, ready) = order.take_now();
-    let r = run_in_turn(comm, &args, order, ticket, ready);
+    let r = run_now(comm, &args);
     reuse(args);
     r
+}
+
+/// Runs `args` on the calling thread once its turn in the issue order has come.
+fn run_now(comm: &Communicator, args: &OpArgs) -> Result<()> {
+    let order = comm.order();
+    let (ticket, ready) = order.take_now();
+    run_in_turn(comm, args, order, ticket, ready)
 }
 
 /// Finishes a ticket however the operation ends (error or panic included).

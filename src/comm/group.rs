@@ -16,7 +16,13 @@ struct Group {
 }
 
 thread_local! {
-    static GROUP: RefCell<Group> = RefCell::new(Group::default());
+    // Const-initialised: every call asks whether a group is open, with no lazy set-up check.
+    static GROUP: RefCell<Group> = const {
+        RefCell::new(Group {
+            depth: 0,
+            ops: Vec::new(),
+        })
+    };
 }
 
 /// Opens a (possibly nested) group.

@@ -105,6 +105,7 @@ pub fn push_arg(out: &mut String, name: &str, value: &dyn fmt::Debug) {
 }
 
 /// Whether `HCCL_ENTRY_LOG_ENABLE` asks for a log line at every API entry (read once).
+#[inline]
 pub fn entry_log() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| EnvConfig::global().map(|c| c.entry_log).unwrap_or(false))
@@ -129,12 +130,20 @@ impl fmt::Display for Context<'_> {
     }
 }
 
+/// Every call checks the switch inline; only a written line leaves the hot path.
+#[inline(always)]
 fn log_entry(api: &str, context: &Context<'_>, args: impl FnOnce(&mut String)) {
     if entry_log() {
-        let mut line = format!("entry {api}{context}");
-        args(&mut line);
-        log::info!(target: ENTRY_LOG_TARGET, "{line}");
+        write_entry(api, context, args);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn write_entry(api: &str, context: &Context<'_>, args: impl FnOnce(&mut String)) {
+    let mut line = format!("entry {api}{context}");
+    args(&mut line);
+    log::info!(target: ENTRY_LOG_TARGET, "{line}");
 }
 
 /// Runs a body, mapping its outcome and any panic to a result code; logs failures once.

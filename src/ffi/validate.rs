@@ -44,7 +44,18 @@ pub fn dtype(raw: HcclDataTypeRaw) -> Result<DataType> {
 }
 
 /// A reduction operator from its raw C value, checked against the data type.
+#[inline]
 pub fn reduce_op(raw: HcclReduceOpRaw, dt: DataType) -> Result<ReduceOp> {
+    match ReduceOp::from_raw(raw) {
+        Some(op) if dt.reducible() => Ok(op),
+        _ => bad_reduce_op(raw, dt),
+    }
+}
+
+/// [`reduce_op`]'s error, out of line: every collective call checks its operator.
+#[cold]
+#[inline(never)]
+fn bad_reduce_op(raw: HcclReduceOpRaw, dt: DataType) -> Result<ReduceOp> {
     let op = ReduceOp::from_raw(raw)
         .ok_or_else(|| Error::new(ErrorKind::Para, format!("invalid HcclReduceOp {raw}")))?;
     crate::exec::reduce::check_reducible(dt, op)?;
@@ -63,17 +74,25 @@ pub fn rank_count(n: u32, what: &str) -> Result<u32> {
 }
 
 /// `count` elements of `dt` in bytes, at most [`MAX_BUFFER_BYTES`].
+#[inline]
 pub fn bytes(count: u64, dt: DataType) -> Result<usize> {
     match count.checked_mul(dt.size() as u64) {
         Some(b) if b <= MAX_BUFFER_BYTES => Ok(b as usize),
-        _ => Err(Error::new(
-            ErrorKind::Para,
-            format!(
-                "count {count} of {} is more than the {MAX_BUFFER_BYTES}-byte limit of one buffer",
-                dt.name()
-            ),
-        )),
+        _ => too_many_bytes(count, dt),
     }
+}
+
+/// [`bytes`]'s error, out of line.
+#[cold]
+#[inline(never)]
+fn too_many_bytes(count: u64, dt: DataType) -> Result<usize> {
+    Err(Error::new(
+        ErrorKind::Para,
+        format!(
+            "count {count} of {} is more than the {MAX_BUFFER_BYTES}-byte limit of one buffer",
+            dt.name()
+        ),
+    ))
 }
 
 /// `a * b` elements as a count, rejecting overflow.

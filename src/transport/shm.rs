@@ -28,9 +28,14 @@
 //! that slot. Reductions read either from the slot or from a small cache-resident chunk fetched
 //! from the sender, so the reduced data makes one pass through memory.
 //!
+//! Beside its slots a channel has a *lane* of [`LANE_CELLS`] one-line cells for messages of at
+//! most [`LANE_MAX`] bytes, so a sender of small messages runs far ahead of its receiver without
+//! deepening (and spreading over more memory) the staged ring. A lane message records the
+//! ring's write position when it was sent, which orders it against the ring's messages.
+//!
 //! # Memory
 //! A rank's segment holds its outbound rings, `min(1 MiB, HCCL_BUFFSIZE / peers)` each, so at
-//! most `HCCL_BUFFSIZE` in all, plus a 4 KiB header; its endpoint adds one 256 KiB chunk for
+//! most `HCCL_BUFFSIZE` in all, plus a 4 KiB lane per peer and a 4 KiB header; its endpoint adds one 256 KiB chunk for
 //! single-copy reductions. Nothing is allocated per operation: queues keep their capacity.
 //!
 //! # Waiting
@@ -73,7 +78,7 @@ pub const NSLOTS: usize = 8;
 pub const LANE_CELLS: usize = 64;
 const CELL: usize = 64;
 const LANE_BYTES: usize = LANE_CELLS * CELL;
-/// Largest message sent by the lane: its header cell carries [`LANE_FIRST`] bytes, each further
+/// Largest message sent by the lane: its header cell carries 24 bytes of it, each further
 /// cell 64.
 pub const LANE_MAX: usize = 1024;
 /// A lane cell: sequence word (the cell's position plus one, stored last), message length (u32),
@@ -1547,11 +1552,11 @@ impl Link for ShmLink {
         if !self.rx.is_empty() || !self.tx.is_empty() || len > self.inp.slot_bytes {
             return false;
         }
-        // Only a message inline in one line is waited for here: the sender writes a staged
-        // slot's header line, then its data, then the sequence word, and a reader polling that
-        // header meanwhile takes the line away between those writes. One that has arrived
-        // already is taken all the same.
-        let spin = len <= LANE_MAX && !self.own.backoff.crowded() && {
+        // Only a message of one line (one lane cell) is waited for here: the sender writes a
+        // longer message's header line, then its data, then the sequence word, and a reader
+        // polling that header meanwhile takes the line away between those writes. One that has
+        // arrived already is taken all the same.
+        let spin = len <= LANE_FIRST && !self.own.backoff.crowded() && {
             // SAFETY: no arguments; glibc reads it from the thread's rseq area.
             let cpu = unsafe { libc::sched_getcpu() };
             let cpu = if cpu < 0 { NO_CPU } else { cpu as u32 };

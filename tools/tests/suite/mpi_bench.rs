@@ -221,18 +221,22 @@ fn usage_errors_exit_with_2() {
     }
 }
 
-/// The ping-pong's row: (round trip, one way, mean round trip, check).
-fn pingpong(fault: bool) -> (Output, f64, f64, f64, String) {
+/// Runs the two-process bench program `prog` (it forks its own peer) with `args`, its data
+/// corrupted when `fault`, under a 60 s timeout.
+fn run_bench(prog: &str, args: &[&str], fault: bool) -> Output {
     let mut c = Command::new("timeout");
-    c.arg("60")
-        .arg(built().join("shm_pingpong"))
-        .args(["-n", "2000", "-w", "100"]);
+    c.arg("60").arg(built().join(prog)).args(args);
     if fault {
         c.env("HCCL_TEST_FAULT_INJECT", "corrupt");
     } else {
         c.env_remove("HCCL_TEST_FAULT_INJECT");
     }
-    let o = c.output().unwrap();
+    c.output().unwrap()
+}
+
+/// The ping-pong's row: (round trip, one way, mean round trip, check).
+fn pingpong(fault: bool) -> (Output, f64, f64, f64, String) {
+    let o = run_bench("shm_pingpong", &["-n", "2000", "-w", "100"], fault);
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}\n{}", stderr(&o));
@@ -273,16 +277,7 @@ fn pingpong_prints_its_checked_floor() {
 
 /// `cma_floor -b 4K -e 16K`: its exit status, rows (size and check) and output.
 fn cma_floor(fault: bool) -> (Output, Vec<(u64, String)>, String) {
-    let mut c = Command::new("timeout");
-    c.arg("60")
-        .arg(built().join("cma_floor"))
-        .args(["-b", "4K", "-e", "16K", "-n", "20"]);
-    if fault {
-        c.env("HCCL_TEST_FAULT_INJECT", "corrupt");
-    } else {
-        c.env_remove("HCCL_TEST_FAULT_INJECT");
-    }
-    let o = c.output().unwrap();
+    let o = run_bench("cma_floor", &["-b", "4K", "-e", "16K", "-n", "20"], fault);
     let out = stdout(&o);
     let mut lines = out.lines();
     let head: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();

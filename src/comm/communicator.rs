@@ -836,8 +836,8 @@ impl Communicator {
     ///
     /// Only operations that reach the wire take a number, so a call refused before this point
     /// leaves every rank's sequence alike.
-    fn next_seq(&self, inner: &mut Inner, args: &OpArgs) -> Result<u32> {
-        if let Some(e) = inner.ep.broken() {
+    fn next_seq(&self, ep: &Endpoint, seq: &mut u32, args: &OpArgs) -> Result<u32> {
+        if let Some(e) = ep.broken() {
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!(
@@ -849,8 +849,8 @@ impl Communicator {
         if matches!(args.coll, Coll::P2p { .. }) {
             return Ok(0);
         }
-        inner.seq = inner.seq.wrapping_add(1);
-        Ok(inner.seq)
+        *seq = seq.wrapping_add(1);
+        Ok(*seq)
     }
 
     /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
@@ -882,7 +882,7 @@ impl Communicator {
             self.cfg.buffer_bytes,
             self.cfg.deterministic != Deterministic::Off,
         );
-        let seq = self.next_seq(inner, args)?;
+        let seq = self.next_seq(&inner.ep, &mut inner.seq, args)?;
         let call = compressed::call_tag(count, args.dtype, &c.spec, seq).encode();
         let inbound = compressed::inbound(&plan, self.rank);
         let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&inbound), &mut inner.p2p);
@@ -932,6 +932,34 @@ impl Communicator {
     /// (left alone on the small path, which reads no clock unless it waits).
     fn run_plan(&self, inner: &mut Inner, args: &OpArgs, ns: &mut u64) -> Result<Traffic> {
         let elem = args.dtype.size();
+        // A repeat of the previous small call (same shape, type and operator) borrows what it
+        // needs from `last`: no plan reference taken, no scratch sizing (the scratch never
+        // shrinks, and it was sized for this plan when `last` was set).
+        let Inner {
+            ep,
+            scratch,
+            seq,
+            p2p,
+            last,
+            ..
+        } = &mut *inner;
+        if let Some(l) = last.as_ref().filter(|l| {
+            l.elem == elem
+                && l.dtype == args.dtype
+                && l.op == args.op
+                && same_coll(&l.coll, &args.coll)
+        }) {
+            if let Some(s) = &l.plan.small {
+                let call = l.tag.with_seq(self.next_seq(ep, seq, args)?);
+                let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&l.plan.inbound), p2p);
+                let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
+                let scratch = scratch.as_mut_ptr() as usize;
+                let timeout = self.cfg.exec_timeout;
+                return self
+                    .run_small(ep, args, s, red, timeout, scratch, &mut tags)
+                    .map(|()| l.plan.traffic);
+            }
+        }
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.
         let last = inner
@@ -962,7 +990,7 @@ impl Communicator {
                 (plan, None)
             }
         };
-        let seq = self.next_seq(inner, args)?;
+        let seq = self.next_seq(&inner.ep, &mut inner.seq, args)?;
         let words = plan
             .parts
             .iter()

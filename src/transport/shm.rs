@@ -1576,7 +1576,10 @@ impl Link for ShmLink {
         // longer message's header line, then its data, then the sequence word, and a reader
         // polling that header meanwhile takes the line away between those writes. One that has
         // arrived already is taken all the same.
-        let spin = len <= LANE_FIRST && !self.own.backoff.crowded() && {
+        // The CPU is read only when the message has not arrived: a receive that finds it needs
+        // no spin, and the rank that does spin publishes where it runs (see below).
+        let mut next = self.next_src();
+        if next == Next::Nothing && len <= LANE_FIRST && !self.own.backoff.crowded() && {
             // SAFETY: no arguments; glibc reads it from the thread's rseq area.
             let cpu = unsafe { libc::sched_getcpu() };
             let cpu = if cpu < 0 { NO_CPU } else { cpu as u32 };
@@ -1584,8 +1587,10 @@ impl Link for ShmLink {
             // the backoff, which otherwise keeps the record its peers' spins depend on.
             self.own.set_cpu(cpu);
             cpu == NO_CPU || self.peer_cpu() != cpu
-        };
-        match self.next_published(spin) {
+        } {
+            next = self.next_published(true);
+        }
+        match next {
             Next::Nothing => return false,
             Next::Lane => {
                 let (n, t) = self.lane_head();

@@ -13,6 +13,7 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
+use std::time::Duration;
 
 struct Counting;
 
@@ -69,7 +70,9 @@ fn step(comm: HcclComm, n: usize, a: &mut [f32], b: &mut [f32]) {
     }
 }
 
-fn steady(n: usize) -> u64 {
+/// Heap allocations in every thread while each of `n` rank threads runs 20 steps, idle for
+/// `pause` after the tenth (as between training steps), after 3 warm-up steps.
+fn steady(n: usize, pause: Duration) -> u64 {
     let ri = root_info();
     let bar = Arc::new(Barrier::new(n));
     let delta = Arc::new(AtomicU64::new(0));
@@ -86,7 +89,10 @@ fn steady(n: usize) -> u64 {
                 bar.wait();
                 let before = ALLOCS.load(Ordering::SeqCst);
                 bar.wait();
-                for _ in 0..20 {
+                for i in 0..20 {
+                    if i == 10 {
+                        std::thread::sleep(pause);
+                    }
                     step(comm, n, &mut a, &mut b);
                 }
                 bar.wait();
@@ -104,11 +110,24 @@ fn steady(n: usize) -> u64 {
     delta.load(Ordering::SeqCst)
 }
 
+/// The library's own threads allocate nothing either while the ranks wait between steps: the
+/// data listener's thread wakes at least once a second (a step under load, or a slow one, takes
+/// longer than that), so the steps are paused for longer than one such period.
+#[test]
+fn background_threads_do_not_allocate_between_steps() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = steady(2, Duration::from_millis(1500));
+    assert_eq!(
+        d, 0,
+        "{d} heap allocations in 20 steady-state steps with a pause of 1.5 s"
+    );
+}
+
 #[test]
 fn repeated_collectives_do_not_allocate() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for n in [2, 4] {
-        let d = steady(n);
+        let d = steady(n, Duration::ZERO);
         assert_eq!(
             d, 0,
             "{n} ranks: {d} heap allocations in 20 steady-state steps"

@@ -180,6 +180,10 @@ pub struct Gate {
     paused_until: Option<Instant>,
     /// When running out of descriptors was last logged.
     exhaustion_logged: Option<Instant>,
+    /// The descriptors of the last `poll`, kept: a gate served for the life of the process
+    /// wakes at least once a second, and must not allocate then (the process's steady state
+    /// allocates nothing).
+    fds: Vec<libc::pollfd>,
 }
 
 impl Gate {
@@ -192,6 +196,7 @@ impl Gate {
             waiting: VecDeque::new(),
             paused_until: None,
             exhaustion_logged: None,
+            fds: Vec::new(),
         })
     }
 
@@ -214,7 +219,8 @@ impl Gate {
             wait = wait.min(t.saturating_duration_since(now));
         }
         let listening = self.paused_until.is_none();
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.waiting.len() + 1);
+        let mut fds = std::mem::take(&mut self.fds);
+        fds.clear();
         if listening {
             fds.push(libc::pollfd {
                 fd: self.listener.fd(),
@@ -270,6 +276,7 @@ impl Gate {
             }
         }
         self.expire();
+        self.fds = fds;
         done
     }
 

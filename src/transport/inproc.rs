@@ -21,7 +21,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -40,6 +40,11 @@ pub const EAGER_DEPTH: u64 = 8;
 /// Longest sleep of a rank waiting in [`InprocFabric::push_enter`] or
 /// [`InprocFabric::push_finish`] before it looks again (its peers ring it on every change).
 const PUSH_TICK_MS: i32 = 50;
+/// How long [`InprocFabric::push_finish`] still waits, once its deadline has passed and the
+/// fabric failed, for a late rank that entered to end the piece it holds (it claims no other):
+/// a piece takes microseconds once that rank gets a core again, as after the whole process was
+/// stopped and continued.
+const PUSH_GRACE: Duration = Duration::from_secs(1);
 /// Operations of at least this many bytes ([`SendHint::op_bytes`]) have their plain receives
 /// of [`STREAM_MIN`] bytes or more copied with streaming stores: such an operation's buffers
 /// do not fit in this machine's caches, so the destination lines would be read from memory
@@ -452,12 +457,15 @@ impl InprocFabric {
     /// Marks rank `me` done with operation `gen` and waits until every rank that entered it is
     /// done too, so that nothing reads or writes this rank's buffers after the return. Fails
     /// when the fabric failed meanwhile (the results are incomplete), and at `deadline` (a
-    /// remote failure of every rank).
+    /// remote failure of every rank; a rank inside the operation then is waited for up to
+    /// [`PUSH_GRACE`] longer, to end the piece it holds).
     fn push_finish(&self, me: usize, gen: u64, deadline: Option<Instant>) -> Result<()> {
         self.push.lock()[me].done = gen;
         *self.stuck[me].lock() = None;
         self.ring_all();
         let bell = self.bells[me].get().cloned();
+        // Set once `deadline` has passed: the end of the wait for late ranks' pieces.
+        let mut grace: Option<Instant> = None;
         loop {
             let seen = bell.as_ref().map(|b| b.seq());
             let late: Vec<usize> = {
@@ -475,15 +483,31 @@ impl InprocFabric {
                     None => Ok(()),
                 };
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                // The late ranks may still write into this rank's output, but at most the
-                // piece each holds: they claim no other once the fabric failed.
+            let now = Instant::now();
+            if grace.is_some_and(|g| now >= g) {
+                // A late rank that has not run for the whole grace may still fold the piece
+                // it holds, reading its peers' inputs and writing their outputs after they got
+                // them back: at most that one piece (it claims no other), and nothing can stop
+                // a thread that does not run.
+                log::warn!(
+                    "rank {me}: rank(s) {late:?} of this process did not end their piece of a \
+                     failed operation within {PUSH_GRACE:?}"
+                );
+                return Err(self.failure().unwrap_or_else(|| {
+                    Error::new(ErrorKind::Remote, "the operation failed on another rank")
+                }));
+            }
+            if grace.is_none() && deadline.is_some_and(|d| now >= d) {
+                // Failing the fabric stops the late ranks' claims; those that entered are
+                // waited for a little longer so that they do not touch this rank's buffers
+                // after the return.
                 let e = Error::new(
                     ErrorKind::Remote,
                     format!("timed out waiting for rank(s) {late:?} of this process to finish"),
                 );
                 self.fail(&e);
-                return Err(self.failure().unwrap_or(e));
+                grace = Some(now + PUSH_GRACE);
+                continue;
             }
             if let (Some(b), Some(seen)) = (&bell, seen) {
                 b.wait(seen, &mut [], PUSH_TICK_MS, &mut Until(|| false));
@@ -1420,6 +1444,48 @@ mod tests {
         }
         let e = got[0].as_ref().unwrap().as_ref().unwrap_err();
         assert!(e.msg.contains("rank(s) [2]"), "{}", e.msg);
+    }
+
+    /// A rank still folding a piece when a peer's deadline passes is waited for until it ends
+    /// that piece (bounded by the grace): the peer gets its buffers back only once nothing
+    /// touches them any more.
+    #[test]
+    fn a_late_rank_ends_its_piece_before_its_peer_returns() {
+        let f = fabric(2, 13);
+        let (returned, saw_return) = std::sync::mpsc::channel::<()>();
+        let saw_return = Mutex::new(saw_return);
+        let left = AtomicBool::new(false);
+        let got = on_ranks(&f, |r, f| {
+            let call = f
+                .push_enter(r, &op(OpKind::AllReduce, 1), BUFS, None)
+                .unwrap();
+            if r == 1 {
+                assert_eq!(call.claim(), Some(0));
+                // "Folding" piece 0 until the peer's deadline failed the fabric, then a while
+                // longer (a bound well inside the grace): a peer that returns meanwhile is seen.
+                while call.claim().is_some() {
+                    std::thread::yield_now();
+                }
+                let _ = saw_return
+                    .lock()
+                    .recv_timeout(std::time::Duration::from_millis(200));
+                left.store(true, Ordering::SeqCst);
+                return call.finish(None);
+            }
+            let res = call.finish(Some(Instant::now() + std::time::Duration::from_millis(100)));
+            let piece_ended = left.load(Ordering::SeqCst);
+            returned.send(()).unwrap();
+            assert!(
+                piece_ended,
+                "rank 0 returned while rank 1 still held a piece"
+            );
+            res
+        });
+        for (r, g) in got.into_iter().enumerate() {
+            let e = g.unwrap().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Remote, "rank {r}: {}", e.msg);
+            assert!(e.msg.contains("rank(s) [1]"), "rank {r}: {}", e.msg);
+        }
     }
 
     /// While a rank waits to enter, a peer's queued message of another collective (earlier:

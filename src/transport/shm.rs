@@ -1344,6 +1344,15 @@ impl ShmLink {
         while (self.inp.share_done().load(Ordering::Acquire) as usize).saturating_sub(own_done)
             < theirs
         {
+            // Giving up leaves one race: a sender that claimed a chunk and then did not run
+            // for the whole second (stopped, or descheduled between its claim and the end of
+            // its `process_vm_writev`) still writes that chunk after the abort handed the
+            // buffer back with an error: at most one chunk (a sender claims one at a time,
+            // <= CMA_STEP) of this message's own bytes, at their place in the receive buffer.
+            // Nothing is wrong for a caller that treats the failed receive's buffer as
+            // undefined; one that reuses that memory within the sender's stall may see those
+            // bytes overwrite it. A longer wait would only narrow this (a stopped sender may
+            // never run again), so the wait is bounded and this link shares no copy any more.
             if Instant::now() > deadline || self.check_alive().is_err() {
                 log::warn!(
                     "rank {}: peer rank {} did not finish its part of a shared single-copy \

@@ -215,7 +215,7 @@ fn claim_chunk(word: &AtomicU64, slot: u64, nchunks: usize) -> Option<usize> {
 
 /// Chunk fetched from the sender before reducing it: small enough to stay in L2.
 pub const REDUCE_CHUNK: usize = 256 << 10;
-/// Looks at the next slot a direct receive ([`Link::recv_now`]) of an inline message makes
+/// Looks at the next slot a direct receive ([`Link::recv_now`]) of a small message makes
 /// before it leaves the wait to the endpoint: one round of the backoff's spins, about the time
 /// a peer a step behind in the same small operation takes to publish. None on a crowded host
 /// or while the peer was last seen on this CPU, where the peer cannot publish before this rank
@@ -596,6 +596,38 @@ impl Channel {
     }
 }
 
+/// Copies the `len` (at most [`LANE_FIRST`]) bytes a header cell carries with word loads and
+/// stores, overlapping where `len` is not a multiple of the word: a `memcpy` call of a length
+/// known only at run time costs about as much as the rest of a one-cell send.
+///
+/// # Safety
+/// As for [`std::ptr::copy_nonoverlapping`] of `len` bytes.
+#[inline(always)]
+unsafe fn copy_first(src: *const u8, dst: *mut u8, len: usize) {
+    debug_assert!(len <= LANE_FIRST);
+    // SAFETY: every access lies within the `len` bytes at `src` and `dst` (the caller's
+    // contract): the words overlap when `len` is not a multiple of 8.
+    unsafe {
+        let word = |at: usize| src.add(at).cast::<u64>().read_unaligned();
+        let put = |at: usize, w: u64| dst.add(at).cast::<u64>().write_unaligned(w);
+        if len >= 8 {
+            let (a, z) = (word(0), word(len - 8));
+            if len > 16 {
+                put(8, word(8));
+            }
+            put(0, a);
+            put(len - 8, z);
+        } else if len >= 4 {
+            let a = src.cast::<u32>().read_unaligned();
+            let z = src.add(len - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(len - 4).cast::<u32>().write_unaligned(z);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst, len);
+        }
+    }
+}
+
 /// Lane cells a `len`-byte message takes.
 const fn lane_cells(len: usize) -> u64 {
     if len <= LANE_FIRST {
@@ -621,7 +653,9 @@ struct SlotHdr {
     addr: u64,
 }
 
-/// Writes a slot header; `tag` goes into a message's first slot.
+/// Writes a slot header; `tag` goes into a message's first slot. Senders write it after the
+/// slot's data, right before the sequence word: a receiver spinning on the header's line then
+/// takes it from the sender once, not once between the header and the sequence word too.
 ///
 /// # Safety
 /// `slot` must point to a whole slot (64-byte aligned header) that this rank owns: published
@@ -834,21 +868,29 @@ impl ShmLink {
         }
         let k = self.lane_wr;
         let cell = self.out.cell(k);
+        // The further cells first, the header cell last (as for slots, see `write_hdr`).
         // SAFETY: cells k..=k+n are ours (consumed by the receiver or never published: checked
         // above); the header fields lie inside the 64-byte aligned cell; `ptr` holds `len`
         // bytes (the caller's contract) and the runs cover exactly the message's cells.
         unsafe {
+            if n > 1 {
+                self.out.lane_runs(k, len, |at, off, m| {
+                    if off > 0 {
+                        std::ptr::copy_nonoverlapping(ptr.add(off), at, m)
+                    }
+                });
+            }
             std::ptr::write(cell.add(LANE_LEN_OFF) as *mut u32, len as u32);
             std::ptr::write(cell.add(LANE_POS_OFF) as *mut u32, self.wr as u32);
             std::ptr::copy_nonoverlapping(tag.0.as_ptr(), cell.add(LANE_TAG_OFF), TAG_LEN);
-            self.out.lane_runs(k, len, |at, off, m| {
-                std::ptr::copy_nonoverlapping(ptr.add(off), at, m)
-            });
+            copy_first(ptr, cell.add(LANE_DATA_OFF), len.min(LANE_FIRST));
         }
         let bit = |c: u64| 1u64 << (c % LANE_CELLS as u64);
         let mut dirty = self.lane_dirty & !bit(k);
-        for c in k + 1..k + n {
-            dirty |= bit(c);
+        if n > 1 {
+            for c in k + 1..k + n {
+                dirty |= bit(c);
+            }
         }
         // A receiver polling the next header position must never find there data that happens
         // to equal the sequence word it waits for.
@@ -986,6 +1028,14 @@ impl ShmLink {
                 // SAFETY: the slot is ours until we publish it (wr - consumed < NSLOTS); the
                 // source is valid per post_send.
                 unsafe {
+                    let (src, dst) = ((op.ptr as *const u8).add(op.off), slot.add(data_off));
+                    if self.stream_stores && op.staged && op.len >= STAGED_STREAM_MIN {
+                        // Fenced before the release store below publishes the slot.
+                        stream_unfenced(src, dst, n);
+                        fence();
+                    } else if n > 0 {
+                        std::ptr::copy_nonoverlapping(src, dst, n);
+                    }
                     write_hdr(
                         slot,
                         SlotHdr {
@@ -996,14 +1046,6 @@ impl ShmLink {
                         },
                         &op.tag,
                     );
-                    let (src, dst) = ((op.ptr as *const u8).add(op.off), slot.add(data_off));
-                    if self.stream_stores && op.staged && op.len >= STAGED_STREAM_MIN {
-                        // Fenced before the release store below publishes the slot.
-                        stream_unfenced(src, dst, n);
-                        fence();
-                    } else if n > 0 {
-                        std::ptr::copy_nonoverlapping(src, dst, n);
-                    }
                 }
                 self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
                 op.last_slot = self.wr;
@@ -1574,21 +1616,20 @@ impl Link for ShmLink {
 
     /// Takes an inline or one-slot message straight from the ring: the tag and size are
     /// compared with what is expected, the data copied out and the slot freed, with no queue
-    /// entry, progress pass or wait. Spins briefly for an inline message only where the waiting
-    /// policy would spin too (not on a crowded host, not while the peer was last seen on this
-    /// CPU).
+    /// entry, progress pass or wait. Spins briefly for a message of at most [`LANE_MAX`] bytes
+    /// that has not arrived, only where the waiting policy would spin too (not on a crowded
+    /// host, not while the peer was last seen on this CPU).
     unsafe fn recv_now(&mut self, ptr: *mut u8, len: usize, tag: &Tag) -> bool {
         if !self.rx.is_empty() || !self.tx.is_empty() || len > self.inp.slot_bytes {
             return false;
         }
-        // Only a message of one line (one lane cell) is waited for here: the sender writes a
-        // longer message's header line, then its data, then the sequence word, and a reader
-        // polling that header meanwhile takes the line away between those writes. One that has
-        // arrived already is taken all the same.
+        // Senders write a message's header line (slot or lane cell) last, with its sequence
+        // word, so polling it does not take the line away between their writes.
+        // One that has arrived already is taken all the same.
         // The CPU is read only when the message has not arrived: a receive that finds it needs
         // no spin, and the rank that does spin publishes where it runs (see below).
         let mut next = self.next_src();
-        if next == Next::Nothing && len <= LANE_FIRST && !self.own.backoff.crowded() && {
+        if next == Next::Nothing && len <= LANE_MAX && !self.own.backoff.crowded() && {
             // SAFETY: no arguments; glibc reads it from the thread's rseq area.
             let cpu = unsafe { libc::sched_getcpu() };
             let cpu = if cpu < 0 { NO_CPU } else { cpu as u32 };
@@ -1666,7 +1707,12 @@ impl Link for ShmLink {
         let flags = FLAG_FIRST | if inline { FLAG_INLINE } else { 0 };
         // SAFETY: the slot is ours until published (wr - consumed < NSLOTS); `ptr` holds `len`
         // bytes (the caller's contract), which fit the slot's data area (inline: INLINE_MAX).
+        // The data lines first, the header line last (see `write_hdr`).
         unsafe {
+            if len > 0 {
+                let off = if inline { INLINE_OFF } else { SLOT_HDR };
+                std::ptr::copy_nonoverlapping(ptr, slot.add(off), len);
+            }
             write_hdr(
                 slot,
                 SlotHdr {
@@ -1677,10 +1723,6 @@ impl Link for ShmLink {
                 },
                 tag,
             );
-            if len > 0 {
-                let off = if inline { INLINE_OFF } else { SLOT_HDR };
-                std::ptr::copy_nonoverlapping(ptr, slot.add(off), len);
-            }
         }
         self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
         self.wr += 1;
@@ -2046,6 +2088,21 @@ mod tests {
 
     fn sum_f32() -> ReduceFn {
         crate::exec::executor::reduce_fn(DataType::Fp32, ReduceOp::Sum)
+    }
+
+    #[test]
+    fn copy_first_copies_every_length_a_header_cell_carries_exactly() {
+        let src: Vec<u8> = (1..=40).collect();
+        for len in 0..=LANE_FIRST {
+            let mut dst = [0u8; 40];
+            // SAFETY: both buffers hold more than `len` bytes and do not overlap.
+            unsafe { copy_first(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert_eq!(&dst[..len], &src[..len], "len {len}");
+            assert!(
+                dst[len..].iter().all(|&b| b == 0),
+                "len {len} wrote past the end"
+            );
+        }
     }
 
     #[test]

@@ -160,28 +160,26 @@ pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
     }
 }
 
-/// Largest message of an operation whose receives only store ([`SendHint::stored`]) that a
-/// link writing its ring with streaming stores (`transport::ring_stores`: the two cores share
-/// no cache, or the host is crowded) stages in [`STAGED_PIECES`] pieces instead of reading it
-/// single-copy. One `process_vm_readv` pins each 4 KiB page of the sender's buffer
-/// (~0.3-0.45 µs a page): pieces streamed through the ring, the sender filling one while the
-/// receiver empties the last, beat it. Measured on the 2-core VM, loaded, busbw of pieces over
-/// single copy (medians of 3 interleaved runs): 2 processes with the cores apart, Broadcast
-/// 1.1-2.3x and Scatter 1.3-2.1x from 32 KiB to 1 MiB, 4 processes AllGather/AlltoAll
-/// 1.0-4.4x from 64 KiB to 4 MiB. Not with a plain-store link: unmeasured in pieces.
+/// Largest message of an operation whose receives only store ([`SendHint::stored`]) that the
+/// link of a rank with one same-host peer and a core of its own stages in [`STAGED_PIECES`]
+/// pieces instead of reading it single-copy, when the link writes its ring with streaming
+/// stores (`transport::ring_stores`: the two cores share no cache). One `process_vm_readv`
+/// pins each 4 KiB page of the sender's buffer (~0.3-0.45 µs a page); pieces streamed through
+/// the ring, the sender filling one while the receiver empties the last, beat it there.
+/// Measured on the 2-core VM, loaded, cores apart (round trip 0.38-0.44 µs), busbw of pieces
+/// over single copy, medians of 3 interleaved launches: Broadcast 1.1-2.3x (512 KiB 0.87x)
+/// and Scatter 1.0-2.1x from 32 KiB to 4 MiB. Not measured to win elsewhere: with plain
+/// stores (shared cache) pieces are unmeasured; 4 processes on the 2 cores (crowded) measured
+/// 0.5-1.4x, in two runs that disagreed.
 pub const STAGED_COPY_MAX: usize = 4 << 20;
-/// Fewest same-host peers at which a rank no longer stages stored messages
-/// ([`STAGED_COPY_MAX`]): with more, the rings it cycles through outgrow the cache (as for
-/// Reduce, [`STAGED_REDUCE_MAX_RANKS`]); not measured for stored ones.
-pub const STAGED_COPY_MAX_PEERS: usize = 4;
 
 /// The largest stored message a link stages in pieces rather than reading it single-copy
 /// ([`STAGED_COPY_MAX`]): none when `setting` (`HCCL_SHM_SINGLE_COPY`) decides, when the
-/// link writes its ring with plain stores (`streams` false) or when the rank has
-/// [`STAGED_COPY_MAX_PEERS`] same-host peers or more.
-pub fn staged_copy_max(setting: Option<bool>, streams: bool, peers: usize) -> usize {
+/// link writes its ring with plain stores (`streams` false), on a `crowded` host, or when the
+/// rank has more than one same-host peer.
+pub fn staged_copy_max(setting: Option<bool>, streams: bool, peers: usize, crowded: bool) -> usize {
     match setting {
-        None if streams && peers < STAGED_COPY_MAX_PEERS => STAGED_COPY_MAX,
+        None if streams && peers == 1 && !crowded => STAGED_COPY_MAX,
         _ => 0,
     }
 }
@@ -839,14 +837,13 @@ impl ShmLink {
 
     /// Whether a `len`-byte message of an operation whose receives only store, which
     /// `single_copy_for` would read single-copy, is staged in pieces instead
-    /// ([`STAGED_COPY_MAX`]). Not while this rank receives plain messages from the peer on a
-    /// host with a core per rank: both cores then copy twice per byte, and two-process
-    /// AlltoAll with the cores apart measured 0.75-0.9x single copy from 128 KiB to 512 KiB.
+    /// ([`STAGED_COPY_MAX`]). Not while this rank receives plain messages from the peer (an
+    /// exchange): both cores then copy twice per byte, and two-process AlltoAll with the
+    /// cores apart measured 0.76-0.91x single copy from 128 KiB to 512 KiB.
     fn stages_instead(&self, len: usize, stored: bool) -> bool {
         stored
             && len <= self.staged_copy_max
-            && (self.own.backoff.crowded()
-                || !self.rx.iter().any(|r| r.got < r.len && r.reduce.is_none()))
+            && !self.rx.iter().any(|r| r.got < r.len && r.reduce.is_none())
     }
 
     /// Publishes a message of at most [`LANE_MAX`] bytes in the lane when it has room (without
@@ -2008,7 +2005,12 @@ pub fn introduce(
             let (word, result) = chan.round_trip_words();
             let rtt = ring_stores::measure_round_trip(word, result, me < *p, *p, deadline)?;
             l.stream_stores = ring_stores::streams(opts.stream_stores, Some(rtt));
-            l.staged_copy_max = staged_copy_max(opts.single_copy_setting, l.stream_stores, npeers);
+            l.staged_copy_max = staged_copy_max(
+                opts.single_copy_setting,
+                l.stream_stores,
+                npeers,
+                opts.crowded,
+            );
             log::debug!(
                 "rank {me}: cache-line round trip to peer rank {p}: {} ns; staged Reduce \
                  writes the ring with {} stores; stored messages staged up to {} bytes",
@@ -2409,18 +2411,16 @@ mod tests {
     }
 
     #[test]
-    fn stored_messages_are_staged_only_on_streaming_links_of_few_peers_unless_forced() {
-        assert_eq!(staged_copy_max(None, true, 1), STAGED_COPY_MAX);
-        assert_eq!(
-            staged_copy_max(None, true, STAGED_COPY_MAX_PEERS - 1),
-            STAGED_COPY_MAX
-        );
-        assert_eq!(staged_copy_max(None, true, STAGED_COPY_MAX_PEERS), 0);
+    fn stored_messages_are_staged_only_on_streaming_links_of_one_peer_unless_forced() {
+        assert_eq!(staged_copy_max(None, true, 1, false), STAGED_COPY_MAX);
+        // More peers, or more ranks than cores: single copy.
+        assert_eq!(staged_copy_max(None, true, 2, false), 0);
+        assert_eq!(staged_copy_max(None, true, 1, true), 0);
         // A shared cache (plain stores) keeps single copy.
-        assert_eq!(staged_copy_max(None, false, 1), 0);
+        assert_eq!(staged_copy_max(None, false, 1, false), 0);
         // HCCL_SHM_SINGLE_COPY decides alone.
-        assert_eq!(staged_copy_max(Some(true), true, 1), 0);
-        assert_eq!(staged_copy_max(Some(false), true, 1), 0);
+        assert_eq!(staged_copy_max(Some(true), true, 1, false), 0);
+        assert_eq!(staged_copy_max(Some(false), true, 1, false), 0);
     }
 
     #[test]
@@ -2439,9 +2439,9 @@ mod tests {
             (true, false, max + 4, st(max + 4), false, true),
             // Not a stored operation's (a reduction's one-way message).
             (true, false, mid, SendHint::default(), false, true),
-            // An exchange with a core per rank: single copy; crowded: staged.
+            // An exchange: single copy; so on a crowded host.
             (true, false, mid, st(mid), true, true),
-            (true, true, mid, st(mid), true, false),
+            (true, true, min, st(min), false, true),
             // Plain stores (a shared cache): single copy.
             (false, false, min, st(min), false, true),
             (false, true, mid, st(mid), true, true),

@@ -228,14 +228,17 @@ pub struct EnvConfig {
     /// `HCCL_SHM_SINGLE_COPY` (our extension, 0/1): whether the shared-memory link copies large
     /// messages straight out of the sender's memory (`process_vm_readv`); `0` forces copies
     /// through the staging rings. Unset (`None`): the link decides by the number of peers and the
-    /// operation's size (see `transport::shm::single_copy_max`).
+    /// operation's size (see `transport::shm::single_copy_max`), and the link of a rank with one
+    /// peer, a core each and a ring taking streaming stores stages stored messages in pieces
+    /// instead (`transport::shm::staged_copy_max`).
     pub shm_single_copy: Option<bool>,
     /// `HCCL_SHM_SHARE` (our extension, 0/1, default 1): whether the sender of a single-copy
     /// one-way message writes part of it into the receiver's buffer while the receiver reads
     /// the rest (`transport::shm`).
     pub shm_share: bool,
     /// `HCCL_SHM_STREAM` (our extension, 0/1): whether a staged Reduce writes the shared-memory
-    /// ring with streaming stores. Unset (`None`): each link chooses from what its plain copies
+    /// ring with streaming stores (with `1`, stored messages are staged in pieces too: see
+    /// `transport::shm::staged_copy_max`). Unset (`None`): each link chooses from what its plain copies
     /// into the ring cost (see `transport::ring_stores`).
     pub shm_stream: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,

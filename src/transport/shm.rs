@@ -159,6 +159,30 @@ pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
         None => SINGLE_COPY_MAX_ONE_PEER,
     }
 }
+
+/// Largest message of an operation whose receives only store ([`SendHint::stored`]) that the
+/// link of a rank with one same-host peer and a core of its own stages in [`STAGED_PIECES`]
+/// pieces instead of reading it single-copy, when the link writes its ring with streaming
+/// stores (`transport::ring_stores`: the two cores share no cache). One `process_vm_readv`
+/// pins each 4 KiB page of the sender's buffer (~0.3-0.45 µs a page); pieces streamed through
+/// the ring, the sender filling one while the receiver empties the last, beat it there.
+/// Measured on the 2-core VM, loaded, cores apart (round trip 0.38-0.44 µs), busbw of pieces
+/// over single copy, medians of 3 interleaved launches: Broadcast 1.1-2.3x (512 KiB 0.87x)
+/// and Scatter 1.0-2.1x from 32 KiB to 4 MiB. Not measured to win elsewhere: with plain
+/// stores (shared cache) pieces are unmeasured; 4 processes on the 2 cores (crowded) measured
+/// 0.5-1.4x, in two runs that disagreed.
+pub const STAGED_COPY_MAX: usize = 4 << 20;
+
+/// The largest stored message a link stages in pieces rather than reading it single-copy
+/// ([`STAGED_COPY_MAX`]): none when `setting` (`HCCL_SHM_SINGLE_COPY`) decides, when the
+/// link writes its ring with plain stores (`streams` false), on a `crowded` host, or when the
+/// rank has more than one same-host peer.
+pub fn staged_copy_max(setting: Option<bool>, streams: bool, peers: usize, crowded: bool) -> usize {
+    match setting {
+        None if streams && peers == 1 && !crowded => STAGED_COPY_MAX,
+        _ => 0,
+    }
+}
 /// Bytes a single-copy receive moves per progress call, so other links keep moving meanwhile.
 const CMA_STEP: usize = 1 << 20;
 /// Single-copy messages that a plain receive (no reduction) stores from this size up are
@@ -775,6 +799,9 @@ pub struct ShmLink {
     single_copy_max: usize,
     /// Whether staged Reduce messages from [`STAGED_STREAM_MIN`] up are written with streaming stores.
     stream_stores: bool,
+    /// Stored messages up to this size that would go single-copy are staged in pieces
+    /// instead ([`staged_copy_max`], set with `stream_stores`).
+    staged_copy_max: usize,
     stream: TcpStream,
     tx: VecDeque<TxOp>,
     rx: VecDeque<RxOp>,
@@ -840,6 +867,17 @@ impl ShmLink {
             }
         }
         (exchange && !reducing) || size <= self.single_copy_max
+    }
+
+    /// Whether a `len`-byte message of an operation whose receives only store, which
+    /// `single_copy_for` would read single-copy, is staged in pieces instead
+    /// ([`STAGED_COPY_MAX`]). Not while this rank receives plain messages from the peer (an
+    /// exchange): both cores then copy twice per byte, and two-process AlltoAll with the
+    /// cores apart measured 0.76-0.91x single copy from 128 KiB to 512 KiB.
+    fn stages_instead(&self, len: usize, stored: bool) -> bool {
+        stored
+            && len <= self.staged_copy_max
+            && !self.rx.iter().any(|r| r.got < r.len && r.reduce.is_none())
     }
 
     /// Publishes a message of at most [`LANE_MAX`] bytes in the lane when it has room (without
@@ -986,6 +1024,11 @@ impl ShmLink {
                 }
                 let op = &self.tx[i];
                 self.tx[i].cma = self.single_copy_for(op.len, op.op_bytes, op.stored, op.staged);
+                let (len, stored) = (self.tx[i].len, self.tx[i].stored);
+                if self.tx[i].cma && self.stages_instead(len, stored) {
+                    let op = &mut self.tx[i];
+                    (op.cma, op.staged) = (false, true);
+                }
             }
             loop {
                 if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -1802,6 +1845,9 @@ pub struct ShmOptions {
     /// Whether staged Reduce messages are written with streaming stores (`HCCL_SHM_STREAM`;
     /// `None`: per link by its measured round trip, see `transport::ring_stores`).
     pub stream_stores: Option<bool>,
+    /// `HCCL_SHM_SINGLE_COPY`: when set, it alone decides single copy, and no stored message
+    /// is staged in its place ([`staged_copy_max`]).
+    pub single_copy_setting: Option<bool>,
 }
 
 fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
@@ -1984,6 +2030,7 @@ pub fn introduce(
                         share_copies: answer[1] == 1 && opts.share_copies,
                         single_copy_max: opts.single_copy_max,
                         stream_stores: true,
+                        staged_copy_max: 0,
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),
@@ -2005,6 +2052,7 @@ pub fn introduce(
     drop(fd);
     // One pair at a time, in the order of (lower rank, higher rank), which every rank's order
     // of its peers follows: the pair that comes first overall always has both ranks waiting.
+    let npeers = out.len();
     let mut order: Vec<usize> = (0..out.len()).collect();
     order.sort_by_key(|&i| out[i].0);
     for i in order {
@@ -2013,15 +2061,22 @@ pub fn introduce(
             let (word, result) = chan.round_trip_words();
             let rtt = ring_stores::measure_round_trip(word, result, me < *p, *p, deadline)?;
             l.stream_stores = ring_stores::streams(opts.stream_stores, Some(rtt));
+            l.staged_copy_max = staged_copy_max(
+                opts.single_copy_setting,
+                l.stream_stores,
+                npeers,
+                opts.crowded,
+            );
             log::debug!(
                 "rank {me}: cache-line round trip to peer rank {p}: {} ns; staged Reduce \
-                 writes the ring with {} stores",
+                 writes the ring with {} stores; stored messages staged up to {} bytes",
                 rtt.as_nanos(),
                 if l.stream_stores {
                     "streaming"
                 } else {
                     "plain"
-                }
+                },
+                l.staged_copy_max
             );
         }
     }
@@ -2053,14 +2108,34 @@ mod tests {
     /// `crowded`: as on a host with more ranks than cores (messages of several lane cells go
     /// by the lane only there).
     fn links_opts(budget: usize, max: usize, crowded: bool) -> (Box<ShmLink>, Box<ShmLink>) {
-        let (a, b) = pair();
         let opts = ShmOptions {
             budget,
             single_copy_max: max,
             crowded,
             share_copies: true,
             stream_stores: None,
+            // Fixed: no stored message is staged in place of single copy, whatever the
+            // round trip measured here says (see `links_staging` for that choice).
+            single_copy_setting: Some(true),
         };
+        links_from(opts)
+    }
+
+    /// Links with the round trip's store choice fixed (`stream`) that stage stored messages
+    /// as `HCCL_SHM_SINGLE_COPY` unset does, one peer's single-copy limit.
+    fn links_staging(stream: bool, crowded: bool) -> (Box<ShmLink>, Box<ShmLink>) {
+        links_from(ShmOptions {
+            budget: 1 << 20,
+            single_copy_max: SINGLE_COPY_MAX_ONE_PEER,
+            crowded,
+            share_copies: true,
+            stream_stores: Some(stream),
+            single_copy_setting: None,
+        })
+    }
+
+    fn links_from(opts: ShmOptions) -> (Box<ShmLink>, Box<ShmLink>) {
+        let (a, b) = pair();
         let dl = Instant::now() + Duration::from_secs(20);
         let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());
         let mut la = introduce(0, vec![(1, a)], opts, dl).unwrap();
@@ -2407,6 +2482,68 @@ mod tests {
     }
 
     #[test]
+    fn stored_messages_are_staged_only_on_streaming_links_of_one_peer_unless_forced() {
+        assert_eq!(staged_copy_max(None, true, 1, false), STAGED_COPY_MAX);
+        // More peers, or more ranks than cores: single copy.
+        assert_eq!(staged_copy_max(None, true, 2, false), 0);
+        assert_eq!(staged_copy_max(None, true, 1, true), 0);
+        // A shared cache (plain stores) keeps single copy.
+        assert_eq!(staged_copy_max(None, false, 1, false), 0);
+        // HCCL_SHM_SINGLE_COPY decides alone.
+        assert_eq!(staged_copy_max(Some(true), true, 1, false), 0);
+        assert_eq!(staged_copy_max(Some(false), true, 1, false), 0);
+    }
+
+    #[test]
+    fn a_streaming_link_stages_stored_messages_in_pieces_and_delivers_the_same_bytes() {
+        let st = |len: usize| SendHint {
+            op_bytes: len,
+            stored: true,
+            ..SendHint::default()
+        };
+        let (min, max, mid) = (SINGLE_COPY_MIN, STAGED_COPY_MAX, 256 << 10);
+        // (streaming stores, crowded, length, hint, both ways at once, goes single-copy)
+        for (stream, crowded, len, hint, both, want) in [
+            (true, false, min, st(min), false, false),
+            (true, false, 300_007, st(300_007), false, false),
+            (true, false, max, st(max), false, false),
+            (true, false, max + 4, st(max + 4), false, true),
+            // Not a stored operation's (a reduction's one-way message).
+            (true, false, mid, SendHint::default(), false, true),
+            // An exchange: single copy; so on a crowded host.
+            (true, false, mid, st(mid), true, true),
+            (true, true, min, st(min), false, true),
+            // Plain stores (a shared cache): single copy.
+            (false, false, min, st(min), false, true),
+            (false, true, mid, st(mid), true, true),
+        ] {
+            let (mut a, mut b) = links_staging(stream, crowded);
+            assert_eq!(a.staged_copy_max, b.staged_copy_max);
+            let sa: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let sb: Vec<u8> = (0..len).map(|i| (i * 5 + 3) as u8).collect();
+            let (mut da, mut db) = (vec![0u8; len], vec![0u8; len]);
+            let (mut sha, mut shb) = (Shared::default(), Shared::default());
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(sa.as_ptr(), len, T, hint).unwrap();
+                b.post_recv(db.as_mut_ptr(), len, None, T, &mut shb)
+                    .unwrap();
+                if both {
+                    b.post_send_hinted(sb.as_ptr(), len, T, hint).unwrap();
+                    a.post_recv(da.as_mut_ptr(), len, None, T, &mut sha)
+                        .unwrap();
+                }
+            }
+            assert!(a.progress_tx());
+            let what = format!("stream {stream} crowded {crowded} {len} B {hint:?} both {both}");
+            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
+            drive(&mut a, &mut b).unwrap();
+            assert!(sa == db, "{what}");
+            assert!(!both || sb == da, "{what}");
+        }
+    }
+
+    #[test]
     fn single_copy_up_to_its_limit_and_in_plain_exchanges() {
         let max = SINGLE_COPY_MAX_ONE_PEER;
         let (mut a, mut b) = links_max(1 << 20, max);
@@ -2690,6 +2827,7 @@ mod tests {
                 crowded: false,
                 share_copies: false,
                 stream_stores: setting,
+                single_copy_setting: None,
             };
             let dl = Instant::now() + Duration::from_secs(20);
             let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());

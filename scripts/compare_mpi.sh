@@ -6,9 +6,11 @@
 # processes) for small sizes — and a plot through hccl_plot. Ends with a summary per operation.
 #
 # usage: scripts/compare_mpi.sh [--op OP[,OP...]] [-n RANKS] [-b MIN] [-e MAX] [-f FACTOR]
-#            [-i ITERS] [-s SMALL_ITERS] [-w WARMUP] [-r REPEATS] [-o OUT.png]
+#            [-i ITERS] [-s SMALL_ITERS] [-w WARMUP] [-r REPEATS] [-o OUT.png] [--mem MEM]
 #   OP: all_reduce all_gather broadcast reduce_scatter reduce alltoall scatter send_recv barrier,
 #       or all (the default). fp32 sum, root 0.
+#   MEM: where our testers' buffers live (their --mem): device (the default, aclrtMalloc), host,
+#       or both (the two interleaved with MPI's runs, one table per memory).
 #   defaults: 2 ranks, 8 B .. 64M (factor 2), 20 timed iterations per size (SMALL_ITERS = 1000
 #       up to 64 KiB, where one iteration is too short to time alone), 5 warm-up, 3 repeats.
 #   OUT.png (default /tmp/compare_mpi.png) is the plot of a single operation; with several, each
@@ -19,18 +21,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all_ops=(all_reduce all_gather broadcast reduce_scatter reduce alltoall scatter send_recv barrier)
-ranks=2 min=8 max=64M factor=2 iters=20 small_iters=1000 warmup=5 repeats=3
+ranks=2 min=8 max=64M factor=2 iters=20 small_iters=1000 warmup=5 repeats=3 mem=device
 out=/tmp/compare_mpi.png ops=()
 small_max=65536   # sizes up to this run with SMALL_ITERS
 latency_max=4096  # sizes up to this are compared with the ping-pong round trip
 
-usage() { sed -n '8,17p' "$0" >&2; exit 2; }
+usage() { sed -n '8,19p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     opt=$1
     case $opt in
         --op=*) val=${opt#--op=}; opt=--op ;;
         -h|--help) usage ;;
-        --op|-n|-b|-e|-f|-i|-s|-w|-r|-o)
+        --op|-n|-b|-e|-f|-i|-s|-w|-r|-o|--mem)
             [ $# -ge 2 ] || { echo "compare_mpi: $opt needs a value" >&2; usage; }
             val=$2; shift ;;
         *) echo "compare_mpi: unknown option '$opt'" >&2; usage ;;
@@ -40,9 +42,14 @@ while [ $# -gt 0 ]; do
         --op) IFS=, read -r -a more <<< "$val"; ops+=("${more[@]}") ;;
         -n) ranks=$val ;; -b) min=$val ;; -e) max=$val ;; -f) factor=$val ;;
         -i) iters=$val ;; -s) small_iters=$val ;; -w) warmup=$val ;; -r) repeats=$val ;;
-        -o) out=$val ;;
+        -o) out=$val ;; --mem) mem=$val ;;
     esac
 done
+case $mem in
+    device|host) mems=("$mem") ;;
+    both) mems=(device host) ;;
+    *) echo "compare_mpi: --mem must be device, host or both" >&2; usage ;;
+esac
 for v in ranks factor iters small_iters repeats; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "compare_mpi: $v must be a positive integer" >&2; exit 2; }
 done
@@ -120,9 +127,12 @@ mpi_name() {
 # Runs one side (hccl or mpi) of OP for repeat K: both bands, rows appended to one file.
 run_side() {
     local side=$1 op=$2 k=$3 prog
-    case $side in hccl) prog=$bin/${op}_test ;; mpi) prog=$work/mpi_$op ;; esac
-    local txt=$work/$op.$side.$k.txt err=$work/$op.$side.$k.err
     local common=(-f "$factor" -w "$warmup" -d fp32 -o sum)
+    case $side in
+        hccl_*) prog=$bin/${op}_test; common+=(--mem "${side#hccl_}") ;;
+        mpi) prog=$work/mpi_$op ;;
+    esac
+    local txt=$work/$op.$side.$k.txt err=$work/$op.$side.$k.err
     local bands=()
     if [ "$op" = barrier ]; then
         bands=("-b 8 -e 8 -n $small_iters")
@@ -154,24 +164,37 @@ status=0
 summary=()
 multi=$(( ${#ops[@]} > 1 ))
 for op in "${ops[@]}"; do
-    files=()
+    sides=(mpi)
+    for m in "${mems[@]}"; do sides+=("hccl_$m"); done
     for (( k = 1; k <= repeats; k++ )); do
-        if (( k % 2 )); then order=(hccl mpi); else order=(mpi hccl); fi
+        # Each repeat starts the rotation one place further, so no side always runs first.
+        order=()
+        for (( j = 0; j < ${#sides[@]}; j++ )); do
+            order+=("${sides[(j + k) % ${#sides[@]}]}")
+        done
         for side in "${order[@]}"; do
             echo "== $op repeat $k/$repeats: $side" >&2
             run_side "$side" "$op" "$k"
         done
-        files+=("side=hccl" "rep=$k" "$work/$op.hccl.$k.txt" "side=mpi" "rep=$k" "$work/$op.mpi.$k.txt")
+    done
+    for m in "${mems[@]}"; do
+    files=()
+    for (( k = 1; k <= repeats; k++ )); do
+        files+=("side=hccl" "rep=$k" "$work/$op.hccl_$m.$k.txt" "side=mpi" "rep=$k" "$work/$op.mpi.$k.txt")
     done
     case $op in
         all_reduce|reduce_scatter|reduce) what="fp32 sum" ;;
         barrier) what="no payload" ;;
         *) what=fp32 ;;
     esac
-    echo "== $op: ${op}_test vs $(mpi_name "$op"), $ranks processes, $what, medians of $repeats interleaved repeats"
+    memnote=
+    [ ${#mems[@]} -gt 1 ] && memnote=" ($m memory)"
+    echo "== $op: ${op}_test$memnote vs $(mpi_name "$op"), $ranks processes, $what, medians of $repeats interleaved repeats"
     # Rows of every repeat -> medians per size; also writes the median tables for the plot.
-    line=$(awk -v R="$repeats" -v floor="$floor" -v lat="$latency_max" -v op="$op" \
-        -v hmed="$work/$op.hccl.median.txt" -v mmed="$work/$op.mpi.median.txt" '
+    label=$op
+    [ ${#mems[@]} -gt 1 ] && label=$op/$m
+    line=$(awk -v R="$repeats" -v floor="$floor" -v lat="$latency_max" -v op="$label" \
+        -v hmed="$work/$op.hccl_$m.median.txt" -v mmed="$work/$op.mpi.median.txt" '
         function median(a, n,   i, j, x) {
             for (i = 2; i <= n; i++) {
                 x = a[i]
@@ -253,11 +276,13 @@ for op in "${ops[@]}"; do
     if [ "$op" != barrier ]; then
         png=$out
         if [ "$multi" -eq 1 ]; then png=${out%.png}_$op.png; fi
-        "$bin/hccl_plot" -o "$png" --title "$op $what, $ranks processes, medians of $repeats" \
-            "$work/$op.hccl.median.txt=hccl ${op}_test" --ref "$work/$op.mpi.median.txt=Open MPI $(mpi_name "$op")" >&2
+        if [ ${#mems[@]} -gt 1 ]; then png=${png%.png}_$m.png; fi
+        "$bin/hccl_plot" -o "$png" --title "$op $what, $m memory, $ranks processes, medians of $repeats" \
+            "$work/$op.hccl_$m.median.txt=hccl ${op}_test" --ref "$work/$op.mpi.median.txt=Open MPI $(mpi_name "$op")" >&2
         echo "plot: $png"
     fi
     echo
+    done
 done
 
 echo "== summary: hccl/mpi bus bandwidth (barrier: time), medians of $repeats repeats, $ranks processes"

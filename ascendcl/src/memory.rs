@@ -6,9 +6,15 @@
 //! needs). If `memfd_create` is unavailable the allocation falls back to an anonymous shared
 //! mapping that cannot be shared with other processes. The registry outlives `aclFinalize`:
 //! memory stays valid until freed.
+//!
+//! Each memfd is sealed against shrinking and growing (and further sealing) once sized: a
+//! process that maps a peer's allocation can check the seals and know the file can never be
+//! truncated under its mapping (which would make its reads fault). Allocations and frees count
+//! in [`share_epoch`], so a caller may cache share lookups while the count is unchanged.
 
 use std::collections::BTreeMap;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -33,6 +39,25 @@ struct Allocation {
 
 /// Live allocations by base address.
 static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::new());
+
+/// Changes with every allocation and free (see [`share_epoch`]).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// A count that changes whenever an allocation is made or freed: share information looked up
+/// while it had one value is still true while it keeps that value.
+pub fn share_epoch() -> u64 {
+    EPOCH.load(Ordering::Acquire)
+}
+
+/// Seals a sized memfd so that no mapping of it can ever lose pages under it.
+fn seal(fd: i32) -> std::io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Where a pointer lives inside a shareable allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +92,7 @@ pub fn alloc(size: usize, kind: MemKind) -> AclResult<*mut c_void> {
     };
     // SAFETY: plain syscalls on values we own; every failure path releases what it acquired.
     let (ptr, fd) = unsafe {
-        let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
+        let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
         if fd >= 0 {
             if libc::ftruncate(fd, map_len as libc::off_t) != 0 {
                 let err = std::io::Error::last_os_error();
@@ -76,6 +101,10 @@ pub fn alloc(size: usize, kind: MemKind) -> AclResult<*mut c_void> {
                     ACL_ERROR_BAD_ALLOC,
                     format!("cannot size memfd to {map_len} bytes: {err}"),
                 ));
+            }
+            if let Err(err) = seal(fd) {
+                // Still shareable; peers that require the seals copy another way.
+                log::debug!("cannot seal memfd: {err}");
             }
             let p = libc::mmap(
                 std::ptr::null_mut(),
@@ -126,6 +155,7 @@ pub fn alloc(size: usize, kind: MemKind) -> AclResult<*mut c_void> {
             kind,
         },
     );
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     Ok(ptr)
 }
 
@@ -156,6 +186,8 @@ pub fn free(ptr: *mut c_void, kind: MemKind) -> AclResult {
         Some(_) => {}
     }
     let a = map.remove(&ptr.addr()).expect("checked above");
+    // Before the fd number can be reused: a cached lookup must not outlive its file.
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     drop(map);
     // SAFETY: the mapping and fd were created by `alloc` and just left the registry, so nothing
     // else will release them.
@@ -215,11 +247,21 @@ mod tests {
         let info = share_info(inner).unwrap();
         assert!(info.fd >= 0);
         assert_eq!((info.offset, info.size), (100, 900));
+        // SAFETY: fcntl on the live allocation's descriptor.
+        let seals = unsafe { libc::fcntl(info.fd, libc::F_GET_SEALS) };
+        assert_eq!(
+            seals & (libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL),
+            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL
+        );
+        // SAFETY: as above; the seal makes the call fail, the file keeps its size.
+        assert_ne!(unsafe { libc::ftruncate(info.fd, 0) }, 0);
+        let epoch = share_epoch();
         assert_eq!(
             free(p, MemKind::Host).unwrap_err().code(),
             ACL_ERROR_INVALID_PARAM
         );
         free(p, MemKind::Device).unwrap();
+        assert_ne!(share_epoch(), epoch, "a free changes the epoch");
         assert_eq!(
             free(p, MemKind::Device).unwrap_err().code(),
             ACL_ERROR_INVALID_PARAM

@@ -264,9 +264,19 @@ aclError aclrtHostStreamIsValid(aclrtStream stream);
  * another process opens `/proc/<pid>/fd/<fd>` or receives it over a Unix socket), `*offset` is
  * the byte offset of `ptr` within that file and `*size` the number of bytes from `ptr` to the end
  * of its allocation. Map `[offset rounded down to the page size, offset + size)` of the file.
- * `ACL_ERROR_INVALID_PARAM` if `ptr` is in no live allocation.
+ * `ACL_ERROR_INVALID_PARAM` if `ptr` is in no live allocation (an expected answer for plain host
+ * memory: not logged as an error). The file is sealed against shrinking (`F_GET_SEALS` shows
+ * `F_SEAL_SHRINK`) unless sealing was unavailable.
  */
 aclError aclrtHostMemGetShareInfo(const void *ptr, int32_t *fd, uint64_t *offset, uint64_t *size);
+
+/**
+ * Host-runtime extension: a count that changes whenever memory is allocated or freed by
+ * `aclrtMalloc`/`aclrtMallocHost` and their frees, so a caller may keep the answers of
+ * `aclrtHostMemGetShareInfo` while the count stays the same (a freed block's descriptor number
+ * and address may be reused by the next allocation).
+ */
+uint64_t aclrtHostMemShareEpoch(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -58,6 +58,8 @@ use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
+use super::local_mem::{self, LocalMem, ShareDesc};
+use super::peer_mem::{PeerMem, Refusal};
 use super::ring_stores;
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
@@ -254,6 +256,16 @@ const FLAG_CMA: u32 = 2;
 /// first chunk is the whole message, so its header holds the tag where the message length and
 /// sender address would be.
 const FLAG_INLINE: u32 = 4;
+/// A single-copy slot whose sender's buffer lies in shareable memory: the slot's data area
+/// starts with its [`ShareDesc`], and the receiver copies out of a mapping of it
+/// ([`super::peer_mem`]) instead of with `process_vm_readv`. The address stays in the header,
+/// for a receiver that cannot map the file. A receiver sharing the copy stores its own buffer's
+/// descriptor after it (none: number -1), so the sender writes its chunks the same way.
+const FLAG_MAPPED: u32 = 8;
+/// Where a mapped slot's descriptors sit: the sender's, then the sharing receiver's.
+const DESC_OFF: usize = SLOT_HDR;
+const RECV_DESC_OFF: usize = SLOT_HDR + ShareDesc::BYTES;
+const _: () = assert!(RECV_DESC_OFF + ShareDesc::BYTES <= MIN_SLOT_BYTES);
 const INLINE_OFF: usize = 16 + TAG_LEN;
 const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
 /// Where a first slot's tag sits: after the chunk length and flags when inline, else after the
@@ -815,6 +827,10 @@ pub struct ShmLink {
     /// Outbound lane cells whose first word holds message data rather than a sequence word:
     /// one that becomes the next header position is cleared first (see `lane_put`).
     lane_dirty: u64,
+    /// Which of this process's buffers the peer can map (see [`FLAG_MAPPED`]).
+    local_mem: LocalMem,
+    /// The peer's buffers mapped here.
+    peer_mem: PeerMem,
 }
 
 impl ShmLink {
@@ -1058,8 +1074,13 @@ impl ShmLink {
                     (op.len - op.off).min(self.out.slot_bytes)
                 };
                 let mut flags = if op.off == 0 { FLAG_FIRST } else { 0 };
+                let mut desc = None;
                 if op.cma {
                     flags |= FLAG_CMA;
+                    desc = self.local_mem.find(op.ptr, op.len);
+                    if desc.is_some() {
+                        flags |= FLAG_MAPPED;
+                    }
                 } else if n <= INLINE_MAX {
                     flags |= FLAG_INLINE;
                 }
@@ -1078,6 +1099,10 @@ impl ShmLink {
                         fence();
                     } else if n > 0 {
                         std::ptr::copy_nonoverlapping(src, dst, n);
+                    }
+                    if let Some(d) = desc {
+                        // The data area is unused by a single-copy slot (n == 0).
+                        d.write(slot.add(DESC_OFF));
                     }
                     write_hdr(
                         slot,
@@ -1205,9 +1230,28 @@ impl ShmLink {
             }
             if h.flags & FLAG_CMA != 0 {
                 let step = (op.len - op.got).min(CMA_STEP);
+                let mapped = if h.flags & FLAG_MAPPED != 0 {
+                    // SAFETY: a mapped slot's data area holds the descriptor; the slot is ours.
+                    let d = unsafe { ShareDesc::read(slot.add(DESC_OFF)) };
+                    map_peer(&mut self.peer_mem, &d, op.len, false, self.me, self.peer)?
+                } else {
+                    None
+                };
                 let (peer, pid) = (self.peer, self.pid);
                 let peer_map = &self.peer_map;
                 let read = |remote: usize, local: *mut u8, n: usize| -> Result<()> {
+                    if let Some(src) = mapped {
+                        // SAFETY: `remote` lies in the message (h.addr + an offset below its
+                        // length) and `src` maps all of it; local is valid per post_recv.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src.add(remote - h.addr as usize),
+                                local,
+                                n,
+                            )
+                        };
+                        return Ok(());
+                    }
                     // SAFETY: local is valid per post_recv (or the stage buffer).
                     unsafe { cma::read_from(pid, remote, local, n) }.map_err(|e| {
                         // A peer that aborted (and perhaps exited) says why.
@@ -1222,24 +1266,40 @@ impl ShmLink {
                 };
                 // Only one-way messages are shared: in an exchange both sides copy already,
                 // and sharing measured 1.3-1.6x slower (two-process AllGather, 64 KiB-4 MiB).
+                // A mapped message is shared only when the sender can map this rank's buffer
+                // too: its kernel writes would be the slowest chunks of a memcpy.
+                let own = if op.shared || op.got != 0 || mapped.is_none() {
+                    None
+                } else {
+                    self.local_mem.find(op.ptr, op.len)
+                };
                 let share = op.reduce.is_none()
                     && (op.shared
                         || (op.got == 0
                             && self.share_copies
                             && self.tx.is_empty()
+                            && (mapped.is_none() || own.is_some())
                             && op.len >= shared_copy_min(self.own.backoff.crowded())));
                 if share {
-                    let (chunk, slot, ctl) = (share_chunk(op.len), self.rd + 1, &self.inp);
+                    let (chunk, slot_no, ctl) = (share_chunk(op.len), self.rd + 1, &self.inp);
                     if !op.shared {
+                        if h.flags & FLAG_MAPPED != 0 {
+                            // SAFETY: the slot is ours until consumed and its data area unused
+                            // past the sender's descriptor; stored before the share word.
+                            unsafe {
+                                own.unwrap_or(ShareDesc::NONE)
+                                    .write(slot.add(RECV_DESC_OFF))
+                            };
+                        }
                         ctl.share_dst().store(op.ptr as u64, Ordering::Relaxed);
                         ctl.share_done().store(0, Ordering::Relaxed);
                         ctl.share()
-                            .store(slot << SHARE_CHUNK_BITS, Ordering::Release);
+                            .store(slot_no << SHARE_CHUNK_BITS, Ordering::Release);
                         op.shared = true;
                         // The sender may be asleep until this slot is consumed.
                         self.peer_map.ring();
                     }
-                    if let Some(k) = claim_chunk(ctl.share(), slot, op.len.div_ceil(chunk)) {
+                    if let Some(k) = claim_chunk(ctl.share(), slot_no, op.len.div_ceil(chunk)) {
                         let (off, n) = (k * chunk, chunk.min(op.len - k * chunk));
                         op.own_claimed += n;
                         // SAFETY: off + n <= len, inside the receive buffer.
@@ -1262,6 +1322,13 @@ impl ShmLink {
                 match op.reduce {
                     None if share => {}
                     None => read(remote, dst, step)?,
+                    Some(r) if mapped.is_some() => {
+                        if let Some(src) = mapped {
+                            // SAFETY: the mapping holds the whole message; dst + step lies in
+                            // the receive buffer.
+                            unsafe { r.apply(dst, src.add(op.got), step) }
+                        }
+                    }
                     Some(r) => {
                         let stage = &mut shared.stage;
                         if stage.len() < REDUCE_CHUNK {
@@ -1392,21 +1459,42 @@ impl ShmLink {
         // Stored before the claimed word was (release/acquire), for this message.
         let dst = self.out.share_dst().load(Ordering::Relaxed) as usize;
         let (off, n) = (k * chunk, chunk.min(op.len - k * chunk));
-        // SAFETY: off + n <= len, inside the send buffer (valid per post_send); the receiver
-        // named its receive buffer of `len` bytes at `dst` and keeps it until every claimed
-        // chunk is counted (`retract_share` on its abort), and the kernel checks the range.
-        unsafe { cma::write_to(self.pid, (op.ptr as *const u8).add(off), dst + off, n) }.map_err(
-            |e| {
-                Error::new(
-                    ErrorKind::Remote,
-                    format!(
-                        "single-copy write to peer rank {} (pid {}): {e}",
-                        self.peer, self.pid
-                    ),
-                )
-            },
-        )?;
-        let len = op.len as u64;
+        let (len, ptr, slot) = (op.len, op.ptr, self.out.slot(op.last_slot));
+        // SAFETY: the slot is this rank's, published and not consumed; a mapped one carries the
+        // receiver's descriptor, stored before the claimed word.
+        let mapped = if unsafe { read_hdr(slot) }.flags & FLAG_MAPPED != 0 {
+            // SAFETY: as above; the descriptor lies inside the slot's data area.
+            let d = unsafe { ShareDesc::read(slot.add(RECV_DESC_OFF)) };
+            if d.fd < 0 {
+                None
+            } else {
+                map_peer(&mut self.peer_mem, &d, len, true, self.me, self.peer)?
+            }
+        } else {
+            None
+        };
+        if let Some(to) = mapped {
+            // SAFETY: off + n <= len, inside the send buffer and the mapped receive buffer,
+            // which the receiver keeps until every claimed chunk is counted.
+            unsafe { std::ptr::copy_nonoverlapping((ptr as *const u8).add(off), to.add(off), n) };
+            Ok(())
+        } else {
+            // SAFETY: off + n <= len, inside the send buffer (valid per post_send); the
+            // receiver named its receive buffer of `len` bytes at `dst` and keeps it until
+            // every claimed chunk is counted (`retract_share` on its abort), and the kernel
+            // checks the range.
+            unsafe { cma::write_to(self.pid, (ptr as *const u8).add(off), dst + off, n) }
+        }
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Remote,
+                format!(
+                    "single-copy write to peer rank {} (pid {}): {e}",
+                    self.peer, self.pid
+                ),
+            )
+        })?;
+        let len = len as u64;
         if self.out.share_done().fetch_add(n as u64, Ordering::AcqRel) + n as u64 == len {
             self.peer_map.ring();
         }
@@ -1480,6 +1568,36 @@ impl ShmLink {
     /// The error for a peer that raised its failure flag, with the reason it recorded.
     fn peer_failure(&self) -> Error {
         peer_failure(&self.peer_map, self.peer, self.pid)
+    }
+}
+
+/// The mapping of the `len` bytes that a peer's descriptor `d` names (`write`: to store into
+/// them), or `None` when the file cannot be mapped (the kernel copies instead; said once per
+/// peer). A descriptor that names another file or a range outside it is the peer's error.
+fn map_peer(
+    mem: &mut PeerMem,
+    d: &ShareDesc,
+    len: usize,
+    write: bool,
+    me: u32,
+    peer: u32,
+) -> Result<Option<*mut u8>> {
+    match mem.resolve(d, len, write) {
+        Ok(p) => Ok(Some(p)),
+        Err(Refusal::Unusable(why)) => {
+            if mem.first_refusal() {
+                log::info!(
+                    "rank {me}: cannot map a buffer of peer rank {peer} ({why}); its single-copy \
+                     messages use process_vm_{}",
+                    if write { "writev" } else { "readv" }
+                );
+            }
+            Ok(None)
+        }
+        Err(Refusal::Bad(why)) => Err(Error::new(
+            ErrorKind::Internal,
+            format!("peer rank {peer} named a buffer of its memory that is not there: {why}"),
+        )),
     }
 }
 
@@ -2041,6 +2159,8 @@ pub fn introduce(
                         lane_seen: 0,
                         lane_rd: 0,
                         lane_dirty: 0,
+                        local_mem: LocalMem::new(local_mem::find()),
+                        peer_mem: PeerMem::new(hello.pid as i32),
                     })),
                 ));
             }
@@ -2946,6 +3066,203 @@ mod tests {
             }
         }
         assert!(a.lane_wr > 100 * LANE_CELLS as u64, "{}", a.lane_wr);
+    }
+
+    /// A test allocation like the ACL runtime's: a memfd of its own, mapped shared, sealed
+    /// against shrinking when `sealed`, and listed for [`fake_info`].
+    struct FileBuf {
+        fd: i32,
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    static FILE_BUFS: parking_lot::Mutex<Vec<(usize, usize, i32)>> =
+        parking_lot::Mutex::new(Vec::new());
+
+    impl FileBuf {
+        fn new(len: usize, sealed: bool) -> FileBuf {
+            // SAFETY: plain syscalls on a descriptor and mapping this test owns.
+            unsafe {
+                let fd = libc::memfd_create(c"shm-test-buf".as_ptr(), libc::MFD_ALLOW_SEALING);
+                assert!(fd >= 0);
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                if sealed {
+                    assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK), 0);
+                }
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                );
+                assert_ne!(p, libc::MAP_FAILED);
+                FILE_BUFS.lock().push((p as usize, len, fd));
+                FileBuf {
+                    fd,
+                    ptr: p.cast(),
+                    len,
+                }
+            }
+        }
+
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: the mapping holds `len` bytes owned by this buffer.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        }
+    }
+
+    impl Drop for FileBuf {
+        fn drop(&mut self) {
+            FILE_BUFS.lock().retain(|b| b.2 != self.fd);
+            // SAFETY: this buffer's own mapping and descriptor.
+            unsafe {
+                libc::munmap(self.ptr.cast(), self.len);
+                libc::close(self.fd);
+            }
+        }
+    }
+
+    /// `aclrtHostMemGetShareInfo` over [`FILE_BUFS`].
+    unsafe extern "C" fn fake_info(
+        p: *const libc::c_void,
+        fd: *mut i32,
+        off: *mut u64,
+        size: *mut u64,
+    ) -> i32 {
+        let p = p as usize;
+        match FILE_BUFS.lock().iter().find(|b| b.0 <= p && p < b.0 + b.1) {
+            // SAFETY: the caller passes valid out-parameters.
+            Some(&(base, len, f)) => unsafe {
+                *fd = f;
+                *off = (p - base) as u64;
+                *size = (base + len - p) as u64;
+                0
+            },
+            None => 100000,
+        }
+    }
+
+    /// Links whose buffers in [`FILE_BUFS`] are shareable (no epoch: every send asks).
+    fn mapped_links() -> (Box<ShmLink>, Box<ShmLink>) {
+        let (mut a, mut b) = links(1 << 20, true);
+        let fns = local_mem::ShareFns {
+            info: fake_info,
+            epoch: None,
+        };
+        a.local_mem = LocalMem::new(Some(fns));
+        b.local_mem = LocalMem::new(Some(fns));
+        (a, b)
+    }
+
+    #[test]
+    fn mapped_single_copy_messages_arrive_whole_on_every_receive_path() {
+        let (mut a, mut b) = mapped_links();
+        for len in [SINGLE_COPY_MIN, 100_003, (1 << 20) + 3, (5 << 20) + 1] {
+            let mut src = FileBuf::new(len, true);
+            for (i, x) in src.bytes().iter_mut().enumerate() {
+                *x = (i * 31 + 7) as u8;
+            }
+            // A shareable receive buffer (shared copy, both sides memcpy) and a plain one.
+            let mut dst_file = FileBuf::new(len, true);
+            let mut dst_plain = vec![0u8; len];
+            for dst in [dst_file.ptr, dst_plain.as_mut_ptr()] {
+                let mut sb = Shared::default();
+                // SAFETY: buffers outlive the drive below.
+                unsafe {
+                    a.post_send(src.ptr, len, T).unwrap();
+                    b.post_recv(dst, len, None, T, &mut sb).unwrap();
+                }
+                assert!(a.progress_tx() && a.tx[0].cma);
+                let slot = a.out.slot(a.tx[0].last_slot);
+                // SAFETY: the slot is published and not consumed.
+                assert_ne!(unsafe { read_hdr(slot) }.flags & FLAG_MAPPED, 0, "{len}");
+                drive(&mut a, &mut b).unwrap();
+                // SAFETY: `dst` holds `len` bytes.
+                let got = unsafe { std::slice::from_raw_parts(dst, len) };
+                assert!(got == src.bytes(), "{len}");
+            }
+            assert!(dst_file.bytes() == src.bytes());
+        }
+        assert!(
+            b.peer_mem.mapped() > 0,
+            "the receiver mapped the sender's files"
+        );
+        assert!(
+            a.peer_mem.mapped() > 0,
+            "the sender wrote into the shared receive buffer"
+        );
+        // A reducing receive reads straight from the mapping.
+        let len = 1 << 20;
+        let mut src = FileBuf::new(len, true);
+        // SAFETY: the mapping holds len bytes, 4-byte aligned.
+        let s = unsafe { std::slice::from_raw_parts_mut(src.ptr.cast::<f32>(), len / 4) };
+        s.iter_mut().enumerate().for_each(|(i, x)| *x = i as f32);
+        let mut dst = vec![2f32; len / 4];
+        let mut sb = Shared::default();
+        // SAFETY: buffers outlive the drive below.
+        unsafe {
+            a.post_send(src.ptr, len, T).unwrap();
+            b.post_recv(dst.as_mut_ptr().cast(), len, Some(sum_f32()), T, &mut sb)
+                .unwrap();
+        }
+        drive(&mut a, &mut b).unwrap();
+        assert!(dst.iter().enumerate().all(|(i, &v)| v == i as f32 + 2.0));
+        let _ = src.bytes();
+    }
+
+    #[test]
+    fn an_unsealed_buffer_goes_by_the_kernel_copy_and_arrives_the_same() {
+        let (mut a, mut b) = mapped_links();
+        let len = 300_000;
+        let mut src = FileBuf::new(len, false);
+        for (i, x) in src.bytes().iter_mut().enumerate() {
+            *x = (i * 13 + 1) as u8;
+        }
+        let mut dst = vec![0u8; len];
+        // SAFETY: buffers outlive the drive below.
+        unsafe {
+            a.post_send(src.ptr, len, T).unwrap();
+            b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
+                .unwrap();
+        }
+        drive(&mut a, &mut b).unwrap();
+        assert!(dst == src.bytes());
+        assert_eq!(b.peer_mem.mapped(), 0);
+    }
+
+    #[test]
+    fn a_descriptor_naming_another_file_or_range_is_a_clear_error() {
+        let other = FileBuf::new(4096, true);
+        for corrupt in 0..3 {
+            let (mut a, mut b) = mapped_links();
+            let len = 200_000;
+            let src = FileBuf::new(len, true);
+            let mut dst = vec![0u8; len];
+            // SAFETY: buffers outlive the progress calls below.
+            unsafe {
+                a.post_send(src.ptr, len, T).unwrap();
+                b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
+                    .unwrap();
+            }
+            assert!(a.progress_tx());
+            let at = a.out.slot(a.tx[0].last_slot).wrapping_add(DESC_OFF);
+            // SAFETY: the published slot's descriptor, rewritten as a hostile sender would.
+            unsafe {
+                let mut d = ShareDesc::read(at);
+                match corrupt {
+                    0 => d.ino ^= 1,
+                    1 => d.offset = 4096,
+                    _ => d.fd = other.fd,
+                }
+                d.write(at);
+            }
+            let e = b.progress_rx(&mut Shared::default()).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Internal, "{e:?}");
+            assert!(e.msg.contains("peer rank 0 named a buffer"), "{}", e.msg);
+            assert!(dst.iter().all(|&x| x == 0), "nothing delivered");
+        }
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub struct Config {
     pub zero_copy: bool,
     /// Run this many ranks as threads of this process (`-t`).
     pub threads: Option<u32>,
+    /// Where the buffers live (`--mem`).
+    pub mem: crate::mem::Memory,
     /// Also write the table as CSV to this file (`--csv`).
     pub csv: Option<PathBuf>,
     /// Also write the table as JSON to this file (`--json`).
@@ -215,6 +217,11 @@ pub struct TesterArgs {
     #[arg(short = 'z', long = "zero_copy", value_name = "0|1", value_parser = bool_arg, action = ArgAction::Set,
           default_value = "0", help_heading = "Measurement")]
     pub zero_copy: bool,
+    /// Buffers in device memory (aclrtMalloc of the host ACL runtime, as the vendor's tester;
+    /// other processes can map it) or plain host memory (copied by the kernel between processes)
+    #[arg(long = "mem", value_name = "device|host", value_parser = mem_arg, default_value = "device",
+          help_heading = "Measurement")]
+    pub mem: crate::mem::Memory,
     /// Run N ranks as threads of this process
     #[arg(short = 't', long = "threads", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=MAX_THREADS as i64),
@@ -279,6 +286,14 @@ fn red_op_arg(s: &str) -> Result<RedOp, String> {
         "max" => Ok(RedOp::Max),
         "min" => Ok(RedOp::Min),
         _ => Err("expected sum, prod, max or min".into()),
+    }
+}
+
+fn mem_arg(s: &str) -> Result<crate::mem::Memory, String> {
+    match s {
+        "device" => Ok(crate::mem::Memory::Device),
+        "host" => Ok(crate::mem::Memory::Host),
+        _ => Err(format!("invalid memory '{s}' (expected device or host)")),
     }
 }
 
@@ -356,6 +371,7 @@ where
         ranks_per_node: a.ranks_per_node,
         zero_copy: a.zero_copy,
         threads: a.threads,
+        mem: a.mem,
         csv: a.csv,
         json: a.json,
         compress: None,

@@ -26,6 +26,7 @@ pub mod compress;
 pub mod diag;
 pub mod dtype;
 pub mod launcher;
+pub mod mem;
 pub mod ops;
 pub mod plot;
 pub mod progress;
@@ -216,6 +217,7 @@ impl Plan {
             s += &format!(", root {r}");
         }
         s += &format!(", iters {}, warmup {}", i.iters, i.warmup);
+        s += &format!(", {} memory", self.cfg.mem.name());
         if let Some(m) = self.cfg.compress {
             s += &format!(", compressed {m} (check: same result on every rank)");
         } else if !self.cfg.check {
@@ -292,8 +294,8 @@ fn run_rank(
             r.start(i, bytes);
         }
         let l = Layout::new(p.op, cfg.dtype, cfg.red_op, cfg.root, rank, p.ranks, bytes);
-        let mut send = vec![0u8; l.send_elems as usize * es];
-        let mut recv = vec![0u8; l.recv_elems as usize * es];
+        let mut send = mem::Buffer::new(cfg.mem, l.send_elems as usize * es)?;
+        let mut recv = mem::Buffer::new(cfg.mem, l.recv_elems as usize * es)?;
         p.oracle.fill_input(rank, 0, &mut send);
         if l.input_in_recv() {
             p.oracle.fill_input(rank, 0, &mut recv);

@@ -69,7 +69,9 @@ pub extern "C" fn aclrtHostStreamIsValid(stream: aclrtStream) -> aclError {
 /// another process opens `/proc/<pid>/fd/<fd>` or receives it over a Unix socket), `*offset` is
 /// the byte offset of `ptr` within that file and `*size` the number of bytes from `ptr` to the end
 /// of its allocation. Map `[offset rounded down to the page size, offset + size)` of the file.
-/// `ACL_ERROR_INVALID_PARAM` if `ptr` is in no live allocation.
+/// `ACL_ERROR_INVALID_PARAM` if `ptr` is in no live allocation (an expected answer for plain host
+/// memory: not logged as an error). The file is sealed against shrinking (`F_GET_SEALS` shows
+/// `F_SEAL_SHRINK`) unless sealing was unavailable.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtHostMemGetShareInfo(
     ptr: *const c_void,
@@ -82,6 +84,10 @@ pub unsafe extern "C" fn aclrtHostMemGetShareInfo(
         require_non_null(fd, "fd")?;
         require_non_null(offset, "offset")?;
         require_non_null(size, "size")?;
+        if memory::lookup(ptr).is_none() {
+            log::debug!("{ptr:p} is not inside a live allocation");
+            return Err(AclErr::quiet(ACL_ERROR_INVALID_PARAM));
+        }
         let info = memory::share_info(ptr)?;
         // SAFETY: all three checked non-NULL; the caller provides writable storage.
         unsafe {
@@ -91,4 +97,13 @@ pub unsafe extern "C" fn aclrtHostMemGetShareInfo(
         }
         Ok(())
     })
+}
+
+/// Host-runtime extension: a count that changes whenever memory is allocated or freed by
+/// `aclrtMalloc`/`aclrtMallocHost` and their frees, so a caller may keep the answers of
+/// `aclrtHostMemGetShareInfo` while the count stays the same (a freed block's descriptor number
+/// and address may be reused by the next allocation).
+#[no_mangle]
+pub extern "C" fn aclrtHostMemShareEpoch() -> u64 {
+    acl_api_value!("aclrtHostMemShareEpoch", 0, { memory::share_epoch() })
 }

@@ -9,6 +9,7 @@ mod barrier;
 mod cli;
 mod closed_pipe;
 mod compress_runs;
+mod device_memory;
 mod diag;
 mod docs;
 mod hand_launch;

@@ -1,0 +1,63 @@
+//! The testers with `--mem device` between processes: every operation whose messages go
+//! single-copy moves `aclrtMalloc` buffers that the peers map (the library's
+//! `transport::peer_mem`), and each tester checks its results element by element against values
+//! it computes itself. `--mem host` runs the same sizes through the kernel copy.
+
+use std::process::Command;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `op`'s tester on `n` processes with `mem` memory over sizes that go single-copy (and
+/// are shared between sender and receiver from 64 KiB) and returns its stderr.
+fn run(op: &str, n: u32, mem: &str) -> String {
+    let exe = match op {
+        "all_gather" => env!("CARGO_BIN_EXE_all_gather_test"),
+        "alltoall" => env!("CARGO_BIN_EXE_alltoall_test"),
+        "send_recv" => env!("CARGO_BIN_EXE_send_recv_test"),
+        "scatter" => env!("CARGO_BIN_EXE_scatter_test"),
+        "broadcast" => env!("CARGO_BIN_EXE_broadcast_test"),
+        "all_reduce" => env!("CARGO_BIN_EXE_all_reduce_test"),
+        "reduce_scatter" => env!("CARGO_BIN_EXE_reduce_scatter_test"),
+        _ => unreachable!("{op}"),
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_hcclrun"))
+        .args(["-n", &n.to_string(), exe])
+        .args(["-b", "96K", "-e", "1536K", "-f", "16", "-n", "2", "-w", "1"])
+        .args(["--mem", mem])
+        .env("HCCL_CONNECT_TIMEOUT", "60")
+        .env("HCCL_EXEC_TIMEOUT", "60")
+        // Single copy at every size, also with one peer and in reductions.
+        .env("HCCL_SHM_SINGLE_COPY", "1")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{op} n={n} {mem}:\n{out}\n{err}");
+    let rows = out.lines().filter(|l| l.ends_with("success")).count();
+    assert_eq!(rows, 2, "{op} n={n} {mem}: two checked sizes\n{out}");
+    assert!(err.contains(&format!("{mem} memory")), "{err}");
+    err
+}
+
+#[test]
+fn single_copy_operations_check_out_in_device_and_host_memory() {
+    for n in [2u32, 4] {
+        for op in [
+            "all_gather",
+            "alltoall",
+            "send_recv",
+            "scatter",
+            "broadcast",
+            "all_reduce",
+            "reduce_scatter",
+        ] {
+            let err = run(op, n, "device");
+            assert!(
+                !err.contains("cannot map a buffer"),
+                "{op} n={n}: device memory was not mapped:\n{err}"
+            );
+        }
+        run("broadcast", n, "host");
+    }
+}

@@ -598,6 +598,17 @@ impl Channel {
     }
 }
 
+/// Starts a run-time probe of the round trip when one is due (see `ring_stores::Prober`), as
+/// a staged message from [`STAGED_STREAM_MIN`] starts in either direction; not on a crowded
+/// host, where each trip may wait for a time slice.
+fn start_probe(prober: &mut Option<ring_stores::Prober>, own: &Segment, out: &Channel) {
+    if let Some(p) = prober {
+        if !own.backoff.crowded() {
+            p.start_if_due(out.round_trip_words().0, Instant::now());
+        }
+    }
+}
+
 /// Lane cells a `len`-byte message takes.
 const fn lane_cells(len: usize) -> u64 {
     if len <= LANE_FIRST {
@@ -1035,11 +1046,7 @@ impl ShmLink {
                     );
                     let (src, dst) = ((op.ptr as *const u8).add(op.off), slot.add(data_off));
                     if op.off == 0 && !op.cma && op.len >= STAGED_STREAM_MIN {
-                        if let Some(p) = &mut self.prober {
-                            if !self.own.backoff.crowded() {
-                                p.start_if_due(self.out.round_trip_words().0, Instant::now());
-                            }
-                        }
+                        start_probe(&mut self.prober, &self.own, &self.out);
                     }
                     if self.stream_stores && !op.cma && op.len >= STAGED_STREAM_MIN {
                         // Fenced before the release store below publishes the slot.
@@ -1161,6 +1168,11 @@ impl ShmLink {
                     ));
                 }
                 op.started = true;
+                // A rank that only receives such messages (a Reduce's root) probes too: the
+                // choice is its peer's.
+                if h.flags & FLAG_CMA == 0 && op.len >= STAGED_STREAM_MIN {
+                    start_probe(&mut self.prober, &self.own, &self.out);
+                }
             }
             if h.flags & FLAG_CMA != 0 {
                 let step = (op.len - op.got).min(CMA_STEP);
@@ -2717,21 +2729,20 @@ mod tests {
         let src: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
         let mut dst: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
         let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        // The pinging side (rank 0) only receives, as a Reduce's root does; its probe is due.
         // SAFETY: both buffers outlive the threads below, which drive the message to its end.
         unsafe {
-            x.post_send_hinted(src.as_ptr(), len, T, SendHint::default())
+            y.post_send_hinted(src.as_ptr(), len, T, SendHint::default())
                 .unwrap();
-            y.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
+            x.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
                 .unwrap();
         }
-        // Due now: the first chunk's publication does not start it (not due by the clock).
+        x.prober = Some(ring_stores::Prober::new(
+            Instant::now() - ring_stores::PROBE_EVERY,
+        ));
         let chan = x.out;
-        let p = x.prober.as_mut().unwrap();
-        p.start_if_due(
-            chan.round_trip_words().0,
-            Instant::now() + ring_stores::PROBE_EVERY,
-        );
-        assert!(p.pending());
+        let word = || chan.round_trip_words().0.load(Ordering::Acquire);
+        assert_eq!(word(), u64::MAX, "the set-up measurement's end");
         let done = std::sync::atomic::AtomicBool::new(false);
         let end = Instant::now() + Duration::from_secs(20);
         std::thread::scope(|s| {
@@ -2739,7 +2750,7 @@ mod tests {
                 let mut sh = Shared::default();
                 while !x.idle() || x.prober.as_ref().unwrap().pending() {
                     x.progress(&mut sh).unwrap();
-                    assert!(Instant::now() < end, "sender stuck");
+                    assert!(Instant::now() < end, "rank 0 stuck");
                 }
                 done.store(true, Ordering::Release);
             });
@@ -2750,9 +2761,10 @@ mod tests {
                 if over && y.idle() {
                     break;
                 }
-                assert!(Instant::now() < end, "receiver stuck");
+                assert!(Instant::now() < end, "rank 1 stuck");
             }
         });
+        assert_ne!(word(), u64::MAX, "no probe started");
         assert_eq!(x.stream_stores, y.stream_stores);
         assert!((0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8)));
     }

@@ -236,10 +236,12 @@ pub struct EnvConfig {
     /// one-way message writes part of it into the receiver's buffer while the receiver reads
     /// the rest (`transport::shm`).
     pub shm_share: bool,
-    /// `HCCL_SHM_STREAM` (our extension, 0/1): whether a staged Reduce writes the shared-memory
-    /// ring with streaming stores (with `1`, stored messages are staged in pieces too: see
-    /// `transport::shm::staged_copy_max`). Unset (`None`): each link chooses from what its plain copies
-    /// into the ring cost (see `transport::ring_stores`).
+    /// `HCCL_SHM_STREAM` (our extension, 0/1): whether staged messages (Reduce, large
+    /// AllReduce and ReduceScatter chunks) are written into the shared-memory ring with
+    /// streaming stores (while a link streams, stored messages are staged in pieces too: see
+    /// `transport::shm::staged_copy_max`). Unset (`None`): each link chooses from the cache-line
+    /// round trip between its two processes, measured at set-up and again while it runs (see
+    /// `transport::ring_stores`).
     pub shm_stream: Option<bool>,
     /// `HCCL_COST_MODEL` (our extension): overrides of the algorithm selector's α-β link costs,
     /// e.g. `level1:alpha=1e-3,beta=1.25e8;gamma=4e9` (parsed by the algorithm layer).

@@ -1,6 +1,7 @@
 //! Whether a shared-memory link writes staged messages into its ring with streaming stores
 //! (`base::stream`), chosen per link from the cache-line round trip between the two processes,
-//! measured once at link set-up (`HCCL_SHM_STREAM` overrides it).
+//! measured at link set-up and again about once a second while the link carries large staged
+//! messages ([`Prober`]; `HCCL_SHM_STREAM` overrides it).
 //!
 //! A ring line the sender rewrites was last read by the receiver, so a plain store first takes
 //! the line back from the receiver's cache, and the receiver then fetches it from the sender's.
@@ -40,6 +41,24 @@ pub fn streams(setting: Option<bool>, round_trip: Option<Duration>) -> bool {
         (Some(s), _) => s,
         (None, Some(rtt)) => rtt > STREAM_ABOVE,
         (None, None) => true,
+    }
+}
+
+/// A run-time probe ([`Prober`]) turns a link to plain stores only below this round trip...
+pub const PLAIN_BELOW: Duration = Duration::from_nanos(170);
+/// ...and to streaming ones only above this one. In between the choice stays: under load a
+/// 16-trip probe between cores apart read 211 ns once (the set-up measurement 430 ns, the
+/// ping-pong bench 418 ns), and a link that flips on such a reading loses up to 10x.
+pub const STREAM_ABOVE_AGAIN: Duration = Duration::from_nanos(300);
+
+/// Whether a link that streams now (`current`) streams after a run-time probe measured `rtt`.
+pub fn streams_after(current: bool, rtt: Duration) -> bool {
+    if rtt < PLAIN_BELOW {
+        false
+    } else if rtt > STREAM_ABOVE_AGAIN {
+        true
+    } else {
+        current
     }
 }
 
@@ -115,9 +134,156 @@ pub fn measure_round_trip(
     Ok(Duration::from_nanos(median))
 }
 
+/// How often a link's lower rank re-measures the round trip while the link carries messages
+/// that [`streams`] concerns: the host may move the two vCPUs together or apart at any time
+/// (seen every few minutes on a 2-vCPU VM), and the set-up choice then costs up to 10x.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// Timed round trips of a run-time probe (after the untimed one that finds the peer).
+pub const PROBE_TRIPS: u32 = 16;
+/// A run-time probe whose timed trips take longer than this is abandoned (the peer lost its
+/// core), and so is a peer's wait for the next ping: the choice stays as it was.
+pub const PROBE_MAX: Duration = Duration::from_micros(200);
+/// Set in the ping word when a run-time probe ends (the result word holds its round trip in
+/// ns, 0 when abandoned); the set-up measurement's `STOP` has it set too.
+const END: u64 = 1 << 63;
+
+/// The pinging side (the link's lower rank) of the run-time probes, which run on the words of
+/// [`measure_round_trip`] once it is done. A probe is one ping written when due; the timed
+/// trips follow only once the peer answered it, so neither side waits for a peer that is busy
+/// elsewhere: a peer that answers late just delays the probe.
+#[derive(Debug)]
+pub struct Prober {
+    due: Instant,
+    /// The ping awaiting its first answer (0: none).
+    pending: u64,
+    last: u64,
+}
+
+impl Prober {
+    /// A prober whose first probe falls due [`PROBE_EVERY`] after `now`.
+    pub fn new(now: Instant) -> Prober {
+        Prober {
+            due: now + PROBE_EVERY,
+            pending: 0,
+            last: 0,
+        }
+    }
+
+    /// Whether a probe waits for the peer's first answer ([`Prober::poll`] has work).
+    pub fn pending(&self) -> bool {
+        self.pending != 0
+    }
+
+    /// Writes the first ping of a probe if one is due at `now` and none is pending.
+    pub fn start_if_due(&mut self, word: &AtomicU64, now: Instant) {
+        if self.pending != 0 || now < self.due {
+            return;
+        }
+        self.due = now + PROBE_EVERY;
+        self.last += 2;
+        self.pending = self.last - 1;
+        word.store(self.pending, Ordering::Release);
+    }
+
+    /// When the pending probe's first ping is answered: times [`PROBE_TRIPS`] more, publishes
+    /// their median in `result` for the peer and returns it (`Some(None)`: abandoned after
+    /// [`PROBE_MAX`]). `None` while the peer has not answered.
+    pub fn poll(&mut self, word: &AtomicU64, result: &AtomicU64) -> Option<Option<Duration>> {
+        if self.pending == 0 || word.load(Ordering::Acquire) != self.pending + 1 {
+            return None;
+        }
+        self.pending = 0;
+        let start = Instant::now();
+        // On the stack: a probe runs inside operations, which allocate nothing once warm.
+        let mut trips = [0u64; PROBE_TRIPS as usize];
+        let mut done = 0;
+        'trips: for _ in 0..PROBE_TRIPS {
+            self.last += 2;
+            let v = self.last - 1;
+            let t0 = Instant::now();
+            word.store(v, Ordering::Release);
+            let mut n = 0u32;
+            while word.load(Ordering::Acquire) != v + 1 {
+                std::hint::spin_loop();
+                n += 1;
+                if n.is_multiple_of(256) && start.elapsed() > PROBE_MAX {
+                    break 'trips;
+                }
+            }
+            trips[done] = t0.elapsed().as_nanos() as u64;
+            done += 1;
+        }
+        let rtt = if done == trips.len() {
+            trips.sort_unstable();
+            trips[trips.len() / 2]
+        } else {
+            0
+        };
+        result.store(rtt, Ordering::Relaxed);
+        self.last += 2;
+        word.store(END | (self.last - 1), Ordering::Release);
+        Some((rtt > 0).then(|| Duration::from_nanos(rtt)))
+    }
+}
+
+/// The answering side (the link's higher rank) of the run-time probes ([`Prober`]).
+#[derive(Debug)]
+pub struct Responder {
+    /// The ping word as last handled: the set-up measurement leaves it at `STOP`.
+    seen: u64,
+}
+
+impl Default for Responder {
+    fn default() -> Responder {
+        Responder { seen: STOP }
+    }
+}
+
+impl Responder {
+    /// One load while nothing changed. On a ping, answers it and every further one until the
+    /// probe ends (or no ping comes for [`PROBE_MAX`]); returns the probe's round trip when
+    /// this call saw it end with one.
+    pub fn poll(&mut self, word: &AtomicU64, result: &AtomicU64) -> Option<Duration> {
+        let mut w = word.load(Ordering::Acquire);
+        if w == self.seen {
+            return None;
+        }
+        let mut since = Instant::now();
+        loop {
+            if w & END != 0 {
+                self.seen = w;
+                let ns = result.load(Ordering::Relaxed);
+                return (ns > 0).then(|| Duration::from_nanos(ns));
+            }
+            if w % 2 == 1 && w != self.seen {
+                word.store(w + 1, Ordering::Release);
+                self.seen = w + 1;
+                since = Instant::now();
+            } else {
+                // Still our answer (or the pinger lost its core).
+                self.seen = w;
+            }
+            let mut n = 0u32;
+            loop {
+                std::hint::spin_loop();
+                let x = word.load(Ordering::Acquire);
+                if x != self.seen {
+                    w = x;
+                    break;
+                }
+                n += 1;
+                if n.is_multiple_of(256) && since.elapsed() > PROBE_MAX {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
 
     #[test]
     fn round_trips_decide_unless_the_setting_does() {
@@ -138,6 +304,18 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_between_the_placements_changes_nothing() {
+        let ns = Duration::from_nanos;
+        for current in [false, true] {
+            assert!(!streams_after(current, ns(100)));
+            assert!(streams_after(current, ns(400)));
+            for rtt in [170, 211, 250, 300] {
+                assert_eq!(streams_after(current, ns(rtt)), current, "{rtt}");
+            }
+        }
+    }
+
+    #[test]
     fn both_sides_get_the_same_round_trip() {
         let line = [AtomicU64::new(0), AtomicU64::new(0)];
         let dl = Instant::now() + Duration::from_secs(60);
@@ -149,6 +327,78 @@ mod tests {
         assert_eq!(a, b);
         assert!(a > Duration::ZERO && a < Duration::from_secs(60), "{a:?}");
         assert_eq!(line[0].load(Ordering::Relaxed), STOP);
+    }
+
+    #[test]
+    fn a_run_time_probe_gives_both_sides_the_same_round_trip_again_and_again() {
+        let line = [AtomicU64::new(STOP), AtomicU64::new(0)];
+        let (word, result) = (&line[0], &line[1]);
+        let start = Instant::now();
+        let mut p = Prober::new(start);
+        p.start_if_due(word, start);
+        assert!(!p.pending(), "not due before PROBE_EVERY");
+        let mut r = Responder::default();
+        assert_eq!(r.poll(word, result), None);
+        for k in 1..=3u32 {
+            p.start_if_due(word, start + PROBE_EVERY * k);
+            assert!(p.pending());
+            assert_eq!(p.poll(word, result), None, "unanswered");
+            // Each side polls from its own thread, as two processes would.
+            let done = AtomicBool::new(false);
+            let (a, b) = std::thread::scope(|s| {
+                let pong = s.spawn(|| loop {
+                    let over = done.load(Ordering::Acquire);
+                    if let Some(d) = r.poll(word, result) {
+                        return Some(d);
+                    }
+                    if over {
+                        return None;
+                    }
+                });
+                let a = loop {
+                    if let Some(d) = p.poll(word, result) {
+                        break d;
+                    }
+                };
+                done.store(true, Ordering::Release);
+                (a, pong.join().unwrap())
+            });
+            // A probe cut off by a descheduled thread reports none; else both agree.
+            if let Some(a) = a {
+                assert_eq!(Some(a), b, "probe {k}");
+                assert!(a > Duration::ZERO && a < Duration::from_secs(1), "{a:?}");
+            }
+            assert!(!p.pending());
+            assert_eq!(r.poll(word, result), None, "seen");
+        }
+    }
+
+    #[test]
+    fn a_probe_the_peer_leaves_unanswered_blocks_nobody() {
+        let line = [AtomicU64::new(STOP), AtomicU64::new(0)];
+        let (word, result) = (&line[0], &line[1]);
+        let now = Instant::now();
+        let mut p = Prober::new(now);
+        p.start_if_due(word, now + PROBE_EVERY);
+        assert_eq!(p.poll(word, result), None);
+        // The peer answers the first ping, then loses its core before the timed ones.
+        let ping = word.load(Ordering::Acquire);
+        word.store(ping + 1, Ordering::Release);
+        assert_eq!(p.poll(word, result), Some(None), "abandoned, no choice");
+        assert_eq!(result.load(Ordering::Relaxed), 0);
+        let mut r = Responder::default();
+        let t = Instant::now();
+        assert_eq!(
+            r.poll(word, result),
+            None,
+            "an abandoned probe decides nothing"
+        );
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // An answering side whose pinger went quiet gives up after PROBE_MAX.
+        p.start_if_due(word, now + PROBE_EVERY * 2);
+        let t = Instant::now();
+        assert_eq!(r.poll(word, result), None);
+        assert!(t.elapsed() >= PROBE_MAX);
     }
 
     #[test]

@@ -3039,6 +3039,7 @@ mod tests {
         let opts = ShmOptions {
             budget: 1 << 20,
             single_copy_max: 0,
+            single_copy_setting: Some(false),
             crowded: false,
             share_copies: false,
             stream_stores: None,

@@ -1,5 +1,6 @@
 //! Plain data shared by every layer: data types, errors, configuration from the environment,
-//! logging, JSON, where ranks live (topology), and copies that bypass the cache (stream).
+//! logging, JSON, where ranks live (topology), copies that bypass the cache (stream) and copies
+//! of a few bytes without a `memcpy` call (short_copy).
 
 pub mod compress;
 pub mod dtype;
@@ -7,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod limits;
 pub mod logging;
+pub mod short_copy;
 pub mod stream;
 pub mod strict_json;
 pub mod topology;

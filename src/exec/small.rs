@@ -46,6 +46,7 @@
 use super::identity::{Inbound, Notice, OpTags};
 use crate::algo::{Coll, P2pItem};
 use crate::base::error::Result;
+use crate::base::short_copy::copy_short;
 use crate::transport::tag::Tag;
 use crate::transport::{Endpoint, Expectation, LinkInfo, ReduceFn};
 use std::time::Duration;
@@ -440,7 +441,7 @@ unsafe fn exchange(
             if b > 0 {
                 // SAFETY: the own slot is not posted; `send` may alias `recv`, so it is copied
                 // before `recv` is written.
-                unsafe { copy_small(src(me), slot(me), b) };
+                unsafe { copy_short(src(me), slot(me), b) };
             }
             finish(ep, posted, timeout, tags)?;
             if s.kind != Kind::Barrier {
@@ -503,7 +504,7 @@ unsafe fn exchange(
                 posted |= unsafe { receive(ep, p, slot(p), b, tag) }?;
             }
             // SAFETY: as for AllReduce.
-            unsafe { copy_small(send as *const u8, slot(me), b) };
+            unsafe { copy_short(send as *const u8, slot(me), b) };
             finish(ep, posted, timeout, tags)?;
             // SAFETY: as for AllReduce.
             unsafe { combine(s, red, recv as *mut u8, slot)? };
@@ -662,33 +663,6 @@ fn check_quiet(ep: &Endpoint, s: &Small, tags: &OpTags) -> Result<()> {
     Ok(())
 }
 
-/// Copies `len` bytes; from 4 to 16 inline with two overlapping loads and stores, where a
-/// copy of a length known only at run time calls `memcpy` (about 25 instructions for 8 bytes,
-/// a noticeable share of a small call).
-///
-/// # Safety
-/// As for [`std::ptr::copy_nonoverlapping`].
-#[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: every access lies within the `len` bytes at `src` and `dst` (the caller's
-    // contract): the two halves overlap when `len` is below twice the word.
-    unsafe {
-        if (8..=16).contains(&len) {
-            let a = src.cast::<u64>().read_unaligned();
-            let z = src.add(len - 8).cast::<u64>().read_unaligned();
-            dst.cast::<u64>().write_unaligned(a);
-            dst.add(len - 8).cast::<u64>().write_unaligned(z);
-        } else if (4..8).contains(&len) {
-            let a = src.cast::<u32>().read_unaligned();
-            let z = src.add(len - 4).cast::<u32>().read_unaligned();
-            dst.cast::<u32>().write_unaligned(a);
-            dst.add(len - 4).cast::<u32>().write_unaligned(z);
-        } else {
-            std::ptr::copy_nonoverlapping(src, dst, len);
-        }
-    }
-}
-
 /// Writes `slot(0) ∘ slot(1) ∘ … ∘ slot(n-1)`, combined in rank order, to `out`.
 ///
 /// # Safety
@@ -708,7 +682,7 @@ unsafe fn combine(
     })?;
     // SAFETY: forwarded from the caller.
     unsafe {
-        copy_small(slot(0), out, s.bytes);
+        copy_short(slot(0), out, s.bytes);
         for r in 1..s.n {
             f.apply(out, slot(r), s.bytes);
         }
@@ -719,21 +693,6 @@ unsafe fn combine(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_small_copies_every_length_exactly() {
-        let src: Vec<u8> = (1..=64).collect();
-        for len in 0..=40 {
-            let mut dst = [0u8; 48];
-            // SAFETY: both buffers hold more than `len` bytes and do not overlap.
-            unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), len) };
-            assert_eq!(&dst[..len], &src[..len], "len {len}");
-            assert!(
-                dst[len..].iter().all(|&b| b == 0),
-                "len {len} wrote past the end"
-            );
-        }
-    }
 
     #[test]
     fn applies_to_small_operations_among_few_ranks_only() {

@@ -64,6 +64,7 @@ use super::ring_stores;
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::short_copy::{copy_short, SHORT_COPY_MAX};
 use crate::base::stream::{fence, stream_unfenced};
 
 const MAGIC: u64 = 0x314d_4853_4c43_4348;
@@ -92,6 +93,8 @@ const LANE_POS_OFF: usize = 12;
 const LANE_TAG_OFF: usize = 16;
 const LANE_DATA_OFF: usize = LANE_TAG_OFF + TAG_LEN;
 const LANE_FIRST: usize = CELL - LANE_DATA_OFF;
+// A header cell's bytes are copied without a `memcpy` call.
+const _: () = assert!(LANE_FIRST <= SHORT_COPY_MAX);
 const _: () = assert!(LANE_CELLS <= 64 && LANE_CELLS.is_power_of_two());
 const _: () = assert!(lane_cells(LANE_MAX) < LANE_CELLS as u64);
 /// Largest ring per channel: enough to keep staged copies pipelined and cache-resident.
@@ -634,38 +637,6 @@ impl Channel {
     }
 }
 
-/// Copies the `len` (at most [`LANE_FIRST`]) bytes a header cell carries with word loads and
-/// stores, overlapping where `len` is not a multiple of the word: a `memcpy` call of a length
-/// known only at run time costs about as much as the rest of a one-cell send.
-///
-/// # Safety
-/// As for [`std::ptr::copy_nonoverlapping`] of `len` bytes.
-#[inline(always)]
-unsafe fn copy_first(src: *const u8, dst: *mut u8, len: usize) {
-    debug_assert!(len <= LANE_FIRST);
-    // SAFETY: every access lies within the `len` bytes at `src` and `dst` (the caller's
-    // contract): the words overlap when `len` is not a multiple of 8.
-    unsafe {
-        let word = |at: usize| src.add(at).cast::<u64>().read_unaligned();
-        let put = |at: usize, w: u64| dst.add(at).cast::<u64>().write_unaligned(w);
-        if len >= 8 {
-            let (a, z) = (word(0), word(len - 8));
-            if len > 16 {
-                put(8, word(8));
-            }
-            put(0, a);
-            put(len - 8, z);
-        } else if len >= 4 {
-            let a = src.cast::<u32>().read_unaligned();
-            let z = src.add(len - 4).cast::<u32>().read_unaligned();
-            dst.cast::<u32>().write_unaligned(a);
-            dst.add(len - 4).cast::<u32>().write_unaligned(z);
-        } else {
-            std::ptr::copy_nonoverlapping(src, dst, len);
-        }
-    }
-}
-
 /// Starts a run-time probe of the round trip when one is due (see `ring_stores::Prober`), as
 /// a staged message from [`STAGED_STREAM_MIN`] starts in either direction; not on a crowded
 /// host, where each trip may wait for a time slice.
@@ -955,7 +926,7 @@ impl ShmLink {
             std::ptr::write(cell.add(LANE_LEN_OFF) as *mut u32, len as u32);
             std::ptr::write(cell.add(LANE_POS_OFF) as *mut u32, self.wr as u32);
             std::ptr::copy_nonoverlapping(tag.0.as_ptr(), cell.add(LANE_TAG_OFF), TAG_LEN);
-            copy_first(ptr, cell.add(LANE_DATA_OFF), len.min(LANE_FIRST));
+            copy_short(ptr, cell.add(LANE_DATA_OFF), len.min(LANE_FIRST));
         }
         let bit = |c: u64| 1u64 << (c % LANE_CELLS as u64);
         let mut dirty = self.lane_dirty & !bit(k);
@@ -2348,21 +2319,6 @@ mod tests {
 
     fn sum_f32() -> ReduceFn {
         crate::exec::executor::reduce_fn(DataType::Fp32, ReduceOp::Sum)
-    }
-
-    #[test]
-    fn copy_first_copies_every_length_a_header_cell_carries_exactly() {
-        let src: Vec<u8> = (1..=40).collect();
-        for len in 0..=LANE_FIRST {
-            let mut dst = [0u8; 40];
-            // SAFETY: both buffers hold more than `len` bytes and do not overlap.
-            unsafe { copy_first(src.as_ptr(), dst.as_mut_ptr(), len) };
-            assert_eq!(&dst[..len], &src[..len], "len {len}");
-            assert!(
-                dst[len..].iter().all(|&b| b == 0),
-                "len {len} wrote past the end"
-            );
-        }
     }
 
     #[test]

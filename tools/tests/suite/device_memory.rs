@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use crate::common::bin;
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -12,18 +14,9 @@ fn text(b: &[u8]) -> String {
 /// Runs `op`'s tester on `n` processes with `mem` memory over sizes that go single-copy (and
 /// are shared between sender and receiver from 64 KiB) and returns its stderr.
 fn run(op: &str, n: u32, mem: &str) -> String {
-    let exe = match op {
-        "all_gather" => env!("CARGO_BIN_EXE_all_gather_test"),
-        "alltoall" => env!("CARGO_BIN_EXE_alltoall_test"),
-        "send_recv" => env!("CARGO_BIN_EXE_send_recv_test"),
-        "scatter" => env!("CARGO_BIN_EXE_scatter_test"),
-        "broadcast" => env!("CARGO_BIN_EXE_broadcast_test"),
-        "all_reduce" => env!("CARGO_BIN_EXE_all_reduce_test"),
-        "reduce_scatter" => env!("CARGO_BIN_EXE_reduce_scatter_test"),
-        _ => unreachable!("{op}"),
-    };
+    let exe = bin(&format!("{op}_test"));
     let o = Command::new(env!("CARGO_BIN_EXE_hcclrun"))
-        .args(["-n", &n.to_string(), exe])
+        .args(["-n", &n.to_string(), &exe])
         .args(["-b", "96K", "-e", "1536K", "-f", "16", "-n", "2", "-w", "1"])
         .args(["--mem", mem])
         .env("HCCL_CONNECT_TIMEOUT", "60")

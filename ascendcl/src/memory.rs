@@ -197,6 +197,9 @@ pub fn free(ptr: *mut c_void, kind: MemKind) -> AclResult {
             libc::close(a.fd);
         }
     }
+    // And after the close: a peer that re-checked its mappings of this process's files on the
+    // first change (while the file was still open) re-checks on this one and lets it go.
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
 

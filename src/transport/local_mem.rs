@@ -84,6 +84,10 @@ fn sym(handle: *mut c_void, name: &CStr) -> Option<*mut c_void> {
 pub struct ShareDesc {
     /// Descriptor number in the owner (`/proc/<pid>/fd/<fd>`); negative: none.
     pub fd: i32,
+    /// The owner's allocation count when it looked the buffer up (its low 32 bits; 0 from a
+    /// runtime without the count): a receiver that sees it move re-checks which of its mapped
+    /// files the owner still holds ([`super::peer_mem`]).
+    pub epoch: u32,
     /// `st_dev` of the file.
     pub dev: u64,
     /// `st_ino` of the file.
@@ -98,36 +102,38 @@ impl ShareDesc {
     /// The descriptor that names no file.
     pub const NONE: ShareDesc = ShareDesc {
         fd: -1,
+        epoch: 0,
         dev: 0,
         ino: 0,
         offset: 0,
     };
 
-    /// Stores the descriptor at `at`.
+    /// Stores the descriptor at `at`; the number and the epoch share the first word.
     ///
     /// # Safety
     /// `at` must be 8-byte aligned and valid for writes of [`ShareDesc::BYTES`] bytes.
     pub unsafe fn write(self, at: *mut u8) {
+        let first = (self.epoch as u64) << 32 | self.fd as u32 as u64;
         // SAFETY: the caller's contract; every field is aligned inside the 32 bytes.
         unsafe {
-            std::ptr::write_volatile(at as *mut u64, self.fd as i64 as u64);
+            std::ptr::write_volatile(at as *mut u64, first);
             std::ptr::write_volatile(at.add(8) as *mut u64, self.dev);
             std::ptr::write_volatile(at.add(16) as *mut u64, self.ino);
             std::ptr::write_volatile(at.add(24) as *mut u64, self.offset);
         }
     }
 
-    /// Reads a descriptor stored by [`ShareDesc::write`]; a descriptor number out of `i32`'s
-    /// range reads as none.
+    /// Reads a descriptor stored by [`ShareDesc::write`].
     ///
     /// # Safety
     /// `at` must be 8-byte aligned and valid for reads of [`ShareDesc::BYTES`] bytes.
     pub unsafe fn read(at: *const u8) -> ShareDesc {
         // SAFETY: the caller's contract. Volatile: the memory may be shared with a peer.
         unsafe {
-            let fd = std::ptr::read_volatile(at as *const u64) as i64;
+            let first = std::ptr::read_volatile(at as *const u64);
             ShareDesc {
-                fd: i32::try_from(fd).unwrap_or(-1),
+                fd: first as u32 as i32,
+                epoch: (first >> 32) as u32,
                 dev: std::ptr::read_volatile(at.add(8) as *const u64),
                 ino: std::ptr::read_volatile(at.add(16) as *const u64),
                 offset: std::ptr::read_volatile(at.add(24) as *const u64),
@@ -194,7 +200,13 @@ impl LocalMem {
             });
         }
         let (file, e_end) = match ask(fns, ptr) {
-            Some((f, size)) => (Some(f), ptr.saturating_add(size)),
+            Some((f, size)) => (
+                Some(ShareDesc {
+                    epoch: self.epoch as u32,
+                    ..f
+                }),
+                ptr.saturating_add(size),
+            ),
             None => (None, end),
         };
         if epoch.is_some() {
@@ -232,6 +244,7 @@ fn ask(fns: ShareFns, ptr: usize) -> Option<(ShareDesc, usize)> {
     }
     let desc = ShareDesc {
         fd,
+        epoch: 0,
         dev: st.st_dev,
         ino: st.st_ino,
         offset,
@@ -283,6 +296,7 @@ mod tests {
         let mut buf = [0u64; 4];
         let d = ShareDesc {
             fd: 7,
+            epoch: u32::MAX - 1,
             dev: 1 << 40,
             ino: 99,
             offset: 4096,
@@ -311,7 +325,7 @@ mod tests {
         let base = 1usize << 30;
         let got = m.find(base + 100, 1000).unwrap();
         assert_eq!((got.fd, got.dev, got.ino), (fd, st.st_dev, st.st_ino));
-        assert_eq!(got.offset, 100);
+        assert_eq!((got.offset, got.epoch), (100, 1));
         let calls = CALLS.load(Ordering::Relaxed);
         // Inside the cached range: no call.
         assert_eq!(m.find(base + 5000, 60000).unwrap().offset, 5000);
@@ -325,7 +339,8 @@ mod tests {
         assert_eq!(CALLS.load(Ordering::Relaxed), calls);
         // An allocation or free elsewhere: asked again.
         FAKE_EPOCH.fetch_add(1, Ordering::Relaxed);
-        assert_eq!(m.find(base + 5000, 10).unwrap().offset, 5000);
+        let got = m.find(base + 5000, 10).unwrap();
+        assert_eq!((got.offset, got.epoch), (5000, 2));
         assert_eq!(CALLS.load(Ordering::Relaxed), calls + 1);
         // Without the epoch entry point nothing is cached.
         let mut m = LocalMem::new(Some(ShareFns { info, epoch: None }));

@@ -10,8 +10,14 @@
 //! peer can never truncate it under the mapping and fault this process) and when the message
 //! lies inside it. Mappings are kept per peer, at most [`MAX_ENTRIES`] files and
 //! [`MAX_BYTES`] bytes, the least recently used unmapped first. A freed and reallocated block
-//! is a new file with a new inode, so a kept mapping never serves another block's data; a kept
-//! mapping does keep a freed block's pages alive until it is evicted or the link closes.
+//! is a new file with a new inode, so a kept mapping never serves another block's data.
+//!
+//! A kept mapping would also keep a freed block's pages alive. Every descriptor carries the
+//! peer's allocation count ([`ShareDesc::epoch`]); when it differs from the last one seen, the
+//! next message first checks each mapped file against the descriptor number it came by
+//! (`stat` of `/proc/<pid>/fd/<n>`, about a microsecond each) and unmaps those the peer no
+//! longer holds. Messages between allocations pay one comparison; a freed block's pages live
+//! on until the peer's next mapped message after the free (or until the link closes).
 //!
 //! A file that cannot be opened, is not sealed or is too large to keep is [`Refusal::Unusable`]
 //! (the message is copied by the kernel instead; said once per peer); a descriptor naming
@@ -39,6 +45,8 @@ pub enum Refusal {
 
 #[derive(Debug)]
 struct Mapped {
+    /// The peer's descriptor number for the file, as last named.
+    fd: i32,
     dev: u64,
     ino: u64,
     addr: usize,
@@ -56,6 +64,8 @@ pub struct PeerMem {
     clock: u64,
     refused: Vec<(u64, u64)>,
     told: bool,
+    /// The peer's allocation count of the last descriptor seen.
+    epoch: u32,
 }
 
 impl PeerMem {
@@ -68,12 +78,17 @@ impl PeerMem {
             clock: 0,
             refused: Vec::new(),
             told: false,
+            epoch: 0,
         }
     }
 
     /// The address of the `len` bytes that `d` names, mapped readable (and `write`able).
     pub fn resolve(&mut self, d: &ShareDesc, len: usize, write: bool) -> Result<*mut u8, Refusal> {
         self.clock += 1;
+        if d.epoch != self.epoch {
+            self.epoch = d.epoch;
+            self.drop_freed();
+        }
         let end = d
             .offset
             .checked_add(len as u64)
@@ -90,6 +105,7 @@ impl PeerMem {
                 )));
             }
             m.used = self.clock;
+            m.fd = d.fd;
             return Ok((m.addr + d.offset as usize) as *mut u8);
         }
         if self.refused.contains(&(d.dev, d.ino)) {
@@ -194,6 +210,7 @@ impl PeerMem {
             return Err(unusable("mmap", std::io::Error::last_os_error()));
         }
         self.entries.push(Mapped {
+            fd: d.fd,
             dev: d.dev,
             ino: d.ino,
             addr: p as usize,
@@ -207,19 +224,46 @@ impl PeerMem {
 
     /// Unmaps the least recently used file.
     fn evict(&mut self) {
-        let Some(i) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used) else {
-            return;
-        };
+        if let Some(i) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used) {
+            self.unmap(i);
+        }
+    }
+
+    fn unmap(&mut self, i: usize) {
         let m = self.entries.swap_remove(i);
         self.bytes -= m.len;
         // SAFETY: our mapping; no pointer into it is kept past the call that resolved it.
         unsafe { libc::munmap(m.addr as *mut libc::c_void, m.len) };
     }
 
+    /// Unmaps the files whose descriptor in the peer is closed or now holds another file: the
+    /// peer freed those blocks. A file the peer also holds under another number is unmapped
+    /// too and mapped again on its next message.
+    fn drop_freed(&mut self) {
+        let mut i = 0;
+        while i < self.entries.len() {
+            let m = &self.entries[i];
+            if held(self.pid, m.fd) == Some((m.dev, m.ino)) {
+                i += 1;
+            } else {
+                self.unmap(i);
+            }
+        }
+    }
+
     /// Files mapped now.
     pub fn mapped(&self) -> usize {
         self.entries.len()
     }
+}
+
+/// The identity (device, inode) of the file process `pid` holds as descriptor `fd`.
+fn held(pid: i32, fd: i32) -> Option<(u64, u64)> {
+    let path = CString::new(format!("/proc/{pid}/fd/{fd}")).expect("no NUL");
+    // SAFETY: a plain C struct, valid when zeroed.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path; stat writes into the local struct.
+    (unsafe { libc::stat(path.as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 fn unusable(what: &str, e: std::io::Error) -> Refusal {
@@ -253,6 +297,7 @@ mod tests {
             assert_eq!(libc::fstat(fd, &mut st), 0);
             let d = ShareDesc {
                 fd,
+                epoch: 0,
                 dev: st.st_dev,
                 ino: st.st_ino,
                 offset: 0,
@@ -352,5 +397,38 @@ mod tests {
             // SAFETY: the test's descriptors.
             unsafe { libc::close(fd) };
         }
+    }
+
+    #[test]
+    fn files_the_peer_freed_are_unmapped_when_its_epoch_moves() {
+        let mut m = me();
+        let (kept, dk) = file(4096, true);
+        let (freed, df) = file(8192, true);
+        let (reused, dr) = file(4096, true);
+        m.resolve(&dk, 10, false).unwrap();
+        m.resolve(&df, 10, false).unwrap();
+        assert_eq!((m.mapped(), m.bytes), (2, 3 * 4096));
+        // The "peer" frees a block: its number closes, then holds another file.
+        // SAFETY: the test's descriptors.
+        unsafe { libc::dup2(reused, freed) };
+        // The same epoch: no check, the mapping stays.
+        m.resolve(&dk, 10, false).unwrap();
+        assert_eq!(m.mapped(), 2);
+        let moved = ShareDesc { epoch: 1, ..dk };
+        m.resolve(&moved, 10, false).unwrap();
+        assert_eq!((m.mapped(), m.bytes), (1, 4096));
+        assert!(m.entries.iter().all(|e| e.ino == dk.ino));
+        // A closed number counts as freed too.
+        m.resolve(&ShareDesc { epoch: 1, ..dr }, 10, false).unwrap();
+        assert_eq!(m.mapped(), 2);
+        // SAFETY: the test's descriptors.
+        unsafe {
+            libc::close(reused);
+            libc::close(freed);
+        }
+        m.resolve(&ShareDesc { epoch: 2, ..dk }, 10, false).unwrap();
+        assert_eq!((m.mapped(), m.bytes), (1, 4096));
+        // SAFETY: the test's descriptor.
+        unsafe { libc::close(kept) };
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::common::cases::*;
 use crate::common::*;
-use hccl::ffi::coll_api::HcclAllReduce;
+use hccl::ffi::coll_api::{HcclAllReduce, HcclRecv, HcclSend};
 use hccl::ffi::comm_api::*;
 use hccl::ffi::types::*;
 use hccl::transport::shm::single_copy_max;
@@ -434,5 +434,171 @@ fn shm_rank_killed_mid_operation() {
             "survivor {i} was not on shared memory:\n{}",
             tail(&o.stderr, 3000)
         );
+    }
+}
+
+/// Which lie the sending process's share "runtime" tells in [`hostile_descriptor_body`].
+const LIE_VAR: &str = "HCCL_TEST_SHM_LIE";
+/// The descriptor number the lying runtime answers with: high, so no other open reuses it
+/// after the runtime closes it.
+const LIE_FD: i32 = 1000;
+/// The message the receiver is tricked on, and the larger one sent first from the same buffer.
+const LIE_LEN: usize = 256 << 10;
+static LIE_SIZE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `aclrtHostMemGetShareInfo` of a runtime that says every buffer lies at offset 0 of
+/// descriptor [`LIE_FD`], [`LIE_SIZE`] bytes before the file's end.
+unsafe extern "C" fn lying_info(
+    _: *const std::ffi::c_void,
+    fd: *mut i32,
+    off: *mut u64,
+    size: *mut u64,
+) -> i32 {
+    // SAFETY: the caller passes valid out-parameters.
+    unsafe {
+        *fd = LIE_FD;
+        *off = 0;
+        *size = LIE_SIZE.load(std::sync::atomic::Ordering::Relaxed);
+    }
+    0
+}
+
+/// An allocation count that never moves, so the library keeps the lie it was told.
+unsafe extern "C" fn still_epoch() -> u64 {
+    1
+}
+
+/// A memfd of `len` bytes as [`LIE_FD`] (`sealed` against shrinking).
+fn lie_file(len: usize, sealed: bool) {
+    // SAFETY: plain syscalls on descriptors this process owns.
+    unsafe {
+        let fd = libc::memfd_create(c"lie".as_ptr(), libc::MFD_ALLOW_SEALING);
+        assert!(fd >= 0 && libc::ftruncate(fd, len as i64) == 0);
+        if sealed {
+            assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK), 0);
+        }
+        assert_eq!(libc::dup2(fd, LIE_FD), LIE_FD);
+        libc::close(fd);
+    }
+}
+
+/// Rank 0 sends [`LIE_LEN`] bytes to rank 1 single-copy with a descriptor its runtime lies
+/// about (`HCCL_TEST_SHM_LIE`): `range` names a 4 KiB file, `unsealed` an unsealed file,
+/// `closed` a descriptor closed after the lookup was cached, `inode` a descriptor that holds
+/// another file by then. The receiver must copy by the kernel (the unsealed and closed files:
+/// right data, the communicator goes on) or fail the operation on both ranks, leaving its
+/// buffer untouched and the communicator broken (later calls `HCCL_E_UNAVAIL`).
+fn hostile_descriptor_body(r: &Rank) {
+    let lie = std::env::var(LIE_VAR).unwrap();
+    let count = (LIE_LEN / 4) as u64;
+    let data: Vec<u8> = (0..2 * LIE_LEN).map(|i| (i * 7 + 1) as u8).collect();
+    let mut got = vec![0xa5u8; 2 * LIE_LEN];
+    if lie == "closed" || lie == "inode" {
+        // A larger message first, which the sender's cached lookup does not cover (kernel copy);
+        // then the runtime's descriptor changes without a change of its allocation count.
+        if r.rank == 0 {
+            lie_file(LIE_LEN, true);
+            LIE_SIZE.store(LIE_LEN as u64, std::sync::atomic::Ordering::Relaxed);
+            let rc = unsafe { HcclSend(p(&data), 2 * count, FP32, 1, r.comm, null_mut()) };
+            r.ok(rc, "first send");
+            if lie == "closed" {
+                // SAFETY: the lie's own descriptor.
+                unsafe { libc::close(LIE_FD) };
+            } else {
+                lie_file(LIE_LEN, true);
+            }
+        } else {
+            let rc = unsafe { HcclRecv(pm(&mut got), 2 * count, FP32, 0, r.comm, null_mut()) };
+            r.ok(rc, "first receive");
+            r.check(got == data, || "first message corrupt".into());
+            got.fill(0xa5);
+        }
+    } else if r.rank == 0 {
+        lie_file(
+            if lie == "range" { 4096 } else { LIE_LEN },
+            lie != "unsealed",
+        );
+        LIE_SIZE.store(1 << 40, std::sync::atomic::Ordering::Relaxed);
+    }
+    let rc = if r.rank == 0 {
+        unsafe { HcclSend(p(&data), count, FP32, 1, r.comm, null_mut()) }
+    } else {
+        unsafe { HcclRecv(pm(&mut got), count, FP32, 0, r.comm, null_mut()) }
+    };
+    let got = &got[..LIE_LEN];
+    let mut one = [0u8; 4];
+    let again = unsafe { HcclAllReduce(p(&one), pm(&mut one), 1, FP32, SUM, r.comm, null_mut()) };
+    if lie == "unsealed" || lie == "closed" {
+        r.ok(rc, "the kernel copy's message");
+        r.check(r.rank == 0 || got == &data[..LIE_LEN], || {
+            "message corrupt".into()
+        });
+        r.ok(again, "the next operation");
+    } else {
+        // The receiver finds the lie; the sender hears of it from the receiver.
+        let want = if r.rank == 1 {
+            HcclResult::HCCL_E_INTERNAL
+        } else {
+            HcclResult::HCCL_E_REMOTE
+        };
+        r.expect_code(rc, want, lie.as_str());
+        r.check(got.iter().all(|&b| b == 0xa5), || "bytes delivered".into());
+        r.expect_code(again, HcclResult::HCCL_E_UNAVAIL, "the next operation");
+    }
+    println!("hostile {lie}: rank {} returned {rc:?}", r.rank);
+    // SAFETY: the lie's own descriptor (closed already in one case).
+    unsafe { libc::close(LIE_FD) };
+}
+
+#[test]
+fn shm_hostile_mapped_descriptors_between_processes() {
+    if std::env::var(LIE_VAR).is_ok() {
+        if std::env::var(RANK_VAR).as_deref() == Ok("0") {
+            let fns = hccl::transport::local_mem::ShareFns {
+                info: lying_info,
+                epoch: Some(still_epoch),
+            };
+            assert!(
+                hccl::transport::local_mem::register(fns),
+                "registered first"
+            );
+        }
+        let (rank, n, comms) = child().unwrap();
+        return run_child(rank, n, comms, hostile_descriptor_body);
+    }
+    for lie in ["range", "unsealed", "closed", "inode"] {
+        let kids = spawn(
+            "shm_hostile_mapped_descriptors_between_processes",
+            2,
+            1,
+            &[
+                (LIE_VAR, lie),
+                ("HCCL_SHM_SINGLE_COPY", "1"),
+                ("HCCL_SHM_STREAM", "0"),
+                ("ASCEND_GLOBAL_LOG_LEVEL", "1"),
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        for (rank, k) in kids.into_iter().enumerate() {
+            let o = k.finish(
+                deadline.saturating_duration_since(Instant::now()),
+                Vec::new(),
+            );
+            assert!(
+                o.success && o.stdout.contains("1 passed"),
+                "{lie}: rank {rank} process failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
+                o.code,
+                o.stdout,
+                tail(&o.stderr, 5000)
+            );
+            if rank == 1 {
+                let said = if lie == "range" || lie == "inode" {
+                    "named a buffer of its memory that is not there"
+                } else {
+                    "cannot map a buffer of peer rank 0"
+                };
+                assert!(o.stderr.contains(said), "{lie}: {}", tail(&o.stderr, 5000));
+            }
+        }
     }
 }

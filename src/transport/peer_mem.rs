@@ -239,6 +239,7 @@ impl PeerMem {
     /// Unmaps the files whose descriptor in the peer is closed or now holds another file: the
     /// peer freed those blocks. A file the peer also holds under another number is unmapped
     /// too and mapped again on its next message.
+    #[cold]
     fn drop_freed(&mut self) {
         let mut i = 0;
         while i < self.entries.len() {

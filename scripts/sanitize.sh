@@ -16,7 +16,10 @@
 #   see the synchronisation inside std (Mutex, Condvar, channels, thread join) and reports
 #   false races, and AddressSanitizer misses errors inside std. It needs the nightly rust-src
 #   component (installed here when missing). The process-rank tests re-execute the sanitized
-#   test binary, so every rank process is checked too.
+#   test binary, so every rank process is checked too. Instrumented ranks run many times
+#   slower, more so on a loaded machine: HCCL_TEST_TIME_SCALE (default here 10) stretches the
+#   tests' time budgets, the peer and connect timeouts they give child ranks, and the bounds
+#   within which a rank must fail at such a timeout.
 # - valgrind: builds the programs that tests/suite/ctests.rs runs, and the CANN-style thread
 #   program and stream-overlap program of tests/suite/install_prefix.rs, against the debug libhccl.so (and
 #   libascendcl.so) and runs each under memcheck (errors and definite leaks fail; the library's process-wide
@@ -50,6 +53,7 @@ sanitized() {
     # --target keeps the flags away from build scripts; a target dir per sanitizer keeps the
     # instrumented builds apart from the normal ones.
     local flags="-Zsanitizer=$san -Cforce-frame-pointers=yes"
+    export HCCL_TEST_TIME_SCALE=${HCCL_TEST_TIME_SCALE:-10}
     local cargo=(cargo +nightly test -Zbuild-std --target "$host" --target-dir "target/sanitize-$san"
         -p hccl)
     RUSTFLAGS=$flags "${cargo[@]}" --lib "$@" -- "${skip[@]}"

@@ -607,6 +607,7 @@ pub fn run_ranks_multi<F>(n: u32, ncomms: usize, timeout: Duration, f: F)
 where
     F: Fn(&Rank) + Send + Sync + 'static,
 {
+    let timeout = scaled(timeout);
     let infos: Vec<HcclRootInfo> = (0..ncomms).map(|_| root_info()).collect();
     let f = Arc::new(f);
     let cache = Arc::new(Cache::default());
@@ -698,8 +699,41 @@ pub struct Spawned {
     stderr: mpsc::Receiver<String>,
 }
 
-/// Spawns `cmd` with piped output.
+/// Factor on the tests' time budgets and on the peer timeouts they give child ranks:
+/// `HCCL_TEST_TIME_SCALE` (default 1). `scripts/sanitize.sh` sets it, as instrumented ranks run
+/// many times slower, and more so on a loaded machine.
+pub fn time_scale() -> u32 {
+    static SCALE: OnceLock<u32> = OnceLock::new();
+    *SCALE.get_or_init(|| {
+        std::env::var("HCCL_TEST_TIME_SCALE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&k| k >= 1)
+            .unwrap_or(1)
+    })
+}
+
+/// `d` stretched by [`time_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
+}
+
+/// Spawns `cmd` with piped output. The peer and connect timeouts it sets for the child are
+/// stretched by [`time_scale`]; a test that checks when a rank fails at such a timeout
+/// stretches its upper bound with [`scaled`] (the child inherits the factor).
 pub fn spawn_piped(mut cmd: Command) -> Spawned {
+    if time_scale() > 1 {
+        let stretched: Vec<(String, String)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| {
+                let k = k.to_str()?;
+                let secs: u64 = v?.to_str()?.parse().ok()?;
+                (k == "HCCL_EXEC_TIMEOUT" || k == "HCCL_CONNECT_TIMEOUT")
+                    .then(|| (k.to_string(), (secs * time_scale() as u64).to_string()))
+            })
+            .collect();
+        cmd.envs(stretched);
+    }
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
@@ -737,6 +771,7 @@ impl Spawned {
     /// Waits for the child to close its stdout (i.e. exit) within `timeout`, collecting the
     /// remaining lines; kills it on timeout. Returns the output.
     pub fn finish(mut self, timeout: Duration, mut seen: Vec<String>) -> ChildOutput {
+        let timeout = scaled(timeout);
         let deadline = Instant::now() + timeout;
         let mut timed_out = false;
         loop {

@@ -247,7 +247,10 @@ fn spawn(case: &str, rank: Option<u32>, root: &str) -> Kid {
     ])
     .env(CASE_VAR, case)
     .env(ROOT_VAR, root)
-    .env("HCCL_EXEC_TIMEOUT", EXEC_TIMEOUT_S.to_string())
+    .env(
+        "HCCL_EXEC_TIMEOUT",
+        (EXEC_TIMEOUT_S * time_scale() as u64).to_string(),
+    )
     .env("HCCL_CONNECT_TIMEOUT", "60")
     .env("ASCEND_GLOBAL_LOG_LEVEL", "3")
     .env_remove("HCCL_ALGO")
@@ -328,7 +331,7 @@ impl Kid {
 }
 
 fn budget() -> Instant {
-    Instant::now() + Duration::from_secs(3 * EXEC_TIMEOUT_S)
+    Instant::now() + scaled(Duration::from_secs(3 * EXEC_TIMEOUT_S))
 }
 
 fn root_hex() -> String {
@@ -451,7 +454,7 @@ fn a_root_running_ahead_of_a_killed_receiver_fails() {
     let l = &res[0];
     assert!(!l.contains("code=0"), "the root never failed: {l}");
     assert!(
-        took < Duration::from_secs(EXEC_TIMEOUT_S / 3),
+        took < scaled(Duration::from_secs(EXEC_TIMEOUT_S / 3)),
         "the root took {took:?} to fail: {l}\n{}",
         tail(&err, 4000)
     );

@@ -585,7 +585,7 @@ fn missing_rank_times_out() {
         // mean the variable was ignored; the upper bound leaves a loaded machine 15×.
         assert!(
             el >= Duration::from_secs(CONNECT_S) * 3 / 4
-                && el < Duration::from_secs(CONNECT_S * 15),
+                && el < scaled(Duration::from_secs(CONNECT_S * 15)),
             "timed out after {el:?} with HCCL_CONNECT_TIMEOUT={CONNECT_S}"
         );
     }
@@ -654,7 +654,7 @@ fn killed_peer_process() {
         .collect();
     // Wait until every rank has completed one AllReduce.
     let mut seen: Vec<Vec<String>> = vec![Vec::new(); 3];
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + scaled(Duration::from_secs(90));
     for (k, kid) in kids.iter().enumerate() {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -712,7 +712,7 @@ fn killed_peer_process() {
             out.stdout
         );
         assert!(
-            el < Duration::from_secs(KILL_EXEC_S * 10),
+            el < scaled(Duration::from_secs(KILL_EXEC_S * 10)),
             "survivor {k} took {el:?} to notice"
         );
     }

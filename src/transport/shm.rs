@@ -989,9 +989,10 @@ impl ShmLink {
     /// `dst` must hold `len` bytes, `len` at most [`LANE_MAX`].
     unsafe fn lane_take(&mut self, dst: *mut u8, len: usize, reduce: Option<ReduceFn>) {
         // SAFETY: the runs lie in the published message's cells; `dst` holds `len` bytes.
+        // The header cell's run (at most `LANE_FIRST` bytes) needs no `memcpy` call.
         self.inp.lane_runs(self.lane_rd, len, |at, off, m| unsafe {
             match reduce {
-                None => std::ptr::copy_nonoverlapping(at, dst.add(off), m),
+                None => copy_short(at, dst.add(off), m),
                 Some(r) => r.apply(dst.add(off), at, m),
             }
         });

@@ -129,7 +129,7 @@ pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 /// copy held only 0.7-1x Open MPI.
 pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 /// Largest Reduce ([`SendHint::op_bytes`]) whose messages a link with one same-host peer reads
-/// single-copy out of a mapping of the sender's buffer ([`FLAG_MAPPED`]) where the operation
+/// single-copy out of a mapping of the sender's buffer (`super::peer_mem`) where the operation
 /// asks for staging ([`SendHint::staged`]); with more peers, any size. A mapped read pays no
 /// system call or page pinning, only the receiver's one pass that reduces the mapped bytes,
 /// against staging's copy into the ring, hand-over per piece and pass out of it. Measured on

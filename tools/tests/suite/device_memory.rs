@@ -14,17 +14,24 @@ fn text(b: &[u8]) -> String {
 /// Runs `op`'s tester on `n` processes with `mem` memory over sizes that go single-copy (and
 /// are shared between sender and receiver from 64 KiB) and returns its stderr.
 fn run(op: &str, n: u32, mem: &str) -> String {
+    // Single copy at every size, also with one peer and in reductions.
+    run_with(op, n, mem, Some("1"))
+}
+
+/// [`run`] with `HCCL_SHM_SINGLE_COPY` set to `single_copy` (`None`: unset, the default).
+fn run_with(op: &str, n: u32, mem: &str, single_copy: Option<&str>) -> String {
     let exe = bin(&format!("{op}_test"));
-    let o = Command::new(env!("CARGO_BIN_EXE_hcclrun"))
-        .args(["-n", &n.to_string(), &exe])
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hcclrun"));
+    c.args(["-n", &n.to_string(), &exe])
         .args(["-b", "96K", "-e", "1536K", "-f", "16", "-n", "2", "-w", "1"])
         .args(["--mem", mem])
         .env("HCCL_CONNECT_TIMEOUT", "60")
         .env("HCCL_EXEC_TIMEOUT", "60")
-        // Single copy at every size, also with one peer and in reductions.
-        .env("HCCL_SHM_SINGLE_COPY", "1")
-        .output()
-        .unwrap();
+        .env_remove("HCCL_SHM_SINGLE_COPY");
+    if let Some(v) = single_copy {
+        c.env("HCCL_SHM_SINGLE_COPY", v);
+    }
+    let o = c.output().unwrap();
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "{op} n={n} {mem}:\n{out}\n{err}");
     let rows = out.lines().filter(|l| l.ends_with("success")).count();
@@ -52,5 +59,18 @@ fn single_copy_operations_check_out_in_device_and_host_memory() {
             );
         }
         run("broadcast", n, "host");
+    }
+}
+
+/// Reduce's messages, staged by default, are read from the mapped device memory instead (see
+/// the library's `transport::shm::MAPPED_REDUCE_MAX_ONE_PEER`) and still check out, with one
+/// peer and with several; plain host memory stays staged.
+#[test]
+fn default_reduce_checks_out_in_device_and_host_memory() {
+    for n in [2u32, 4] {
+        for mem in ["device", "host"] {
+            let err = run_with("reduce", n, mem, None);
+            assert!(!err.contains("cannot map a buffer"), "n={n} {mem}:\n{err}");
+        }
     }
 }

@@ -854,6 +854,75 @@ impl Communicator {
         Ok(*seq)
     }
 
+    /// The fast path of a call that repeats the previous call on the small path (same shape,
+    /// type and operator), run on the calling thread: `None` when the call is not such a
+    /// repeat, when another thread holds the communicator, or when an operation issued earlier
+    /// has not finished, and the caller then takes the ordinary way (ticket, [`Self::execute`]).
+    ///
+    /// Without a ticket the call keeps the issue order all the same: it runs under the lock
+    /// and only while no ticket is outstanding, so whatever was issued before it has finished
+    /// and whatever is issued while it runs waits for the lock. Every check of the ordinary
+    /// way stays (destroyed, broken links, the tag every message carries), and the call is
+    /// counted in the statistics alike.
+    pub fn run_repeat(&self, args: &OpArgs) -> Option<Result<()>> {
+        if args.compress.is_some() {
+            return None;
+        }
+        let mut inner = self.inner.try_lock()?;
+        if !self.order.idle() {
+            return None;
+        }
+        let _busy = match self.enter() {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        let r = self.run_small_repeat(&mut inner, args)?;
+        let (ok, traffic) = match &r {
+            Ok(t) => (true, *t),
+            Err(_) => (false, Traffic::default()),
+        };
+        // Under the lock, as in `execute`: one recorder at a time.
+        self.stats.record(ok, false, traffic, 0);
+        Some(r.map(|_| ()))
+    }
+
+    /// Runs `args` as a repeat of the previous small call when it is one (same shape, type
+    /// and operator): it borrows plan, inbound list and tag from `last` (no plan reference
+    /// taken, no scratch sizing: the scratch never shrinks and was sized for this plan when
+    /// `last` was set). `None` when `args` is not such a repeat. The previous call ran
+    /// uncompressed (only such calls set `last`), and whether a call is compressed follows
+    /// from its shape, type and operator, so a repeat without compression of its own is
+    /// uncompressed too.
+    fn run_small_repeat(&self, inner: &mut Inner, args: &OpArgs) -> Option<Result<Traffic>> {
+        let Inner {
+            ep,
+            scratch,
+            seq,
+            p2p,
+            last,
+            ..
+        } = inner;
+        let l = last.as_ref().filter(|l| {
+            l.elem == args.dtype.size()
+                && l.dtype == args.dtype
+                && l.op == args.op
+                && same_coll(&l.coll, &args.coll)
+        })?;
+        let s = l.plan.small.as_ref()?;
+        let call = match self.next_seq(ep, seq, args) {
+            Ok(q) => l.tag.with_seq(q),
+            Err(e) => return Some(Err(e)),
+        };
+        let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&l.plan.inbound), p2p);
+        let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
+        let scratch = scratch.as_mut_ptr() as usize;
+        let timeout = self.cfg.exec_timeout;
+        Some(
+            self.run_small(ep, args, s, red, timeout, scratch, &mut tags)
+                .map(|()| l.plan.traffic),
+        )
+    }
+
     /// Runs a compressed AllReduce (see [`compressed`]), traced when tracing is on.
     fn run_compressed(
         &self,
@@ -933,33 +1002,8 @@ impl Communicator {
     /// (left alone on the small path, which reads no clock unless it waits).
     fn run_plan(&self, inner: &mut Inner, args: &OpArgs, ns: &mut u64) -> Result<Traffic> {
         let elem = args.dtype.size();
-        // A repeat of the previous small call (same shape, type and operator) borrows what it
-        // needs from `last`: no plan reference taken, no scratch sizing (the scratch never
-        // shrinks, and it was sized for this plan when `last` was set).
-        let Inner {
-            ep,
-            scratch,
-            seq,
-            p2p,
-            last,
-            ..
-        } = &mut *inner;
-        if let Some(l) = last.as_ref().filter(|l| {
-            l.elem == elem
-                && l.dtype == args.dtype
-                && l.op == args.op
-                && same_coll(&l.coll, &args.coll)
-        }) {
-            if let Some(s) = &l.plan.small {
-                let call = l.tag.with_seq(self.next_seq(ep, seq, args)?);
-                let mut tags = OpTags::new(self.rank, &args.coll, call, Some(&l.plan.inbound), p2p);
-                let red = args.op.map(|op| executor::reduce_fn(args.dtype, op));
-                let scratch = scratch.as_mut_ptr() as usize;
-                let timeout = self.cfg.exec_timeout;
-                return self
-                    .run_small(ep, args, s, red, timeout, scratch, &mut tags)
-                    .map(|()| l.plan.traffic);
-            }
+        if let Some(r) = self.run_small_repeat(inner, args) {
+            return r;
         }
         // A call of the same shape as the previous one takes its plan without hashing, and its
         // tag too when type and operator are the same.

@@ -64,6 +64,11 @@ pub fn dispatch_reusing(
 
 /// Runs `args` on the calling thread once its turn in the issue order has come.
 fn run_now(comm: &Communicator, args: &OpArgs) -> Result<()> {
+    // A repeat of the previous small call, uncontended, needs no ticket (see
+    // `Communicator::run_repeat`).
+    if let Some(r) = comm.run_repeat(args) {
+        return r;
+    }
     let order = comm.order();
     let (ticket, ready) = order.take_now();
     run_in_turn(comm, args, order, ticket, ready)

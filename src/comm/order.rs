@@ -41,6 +41,11 @@ impl Order {
         (t, self.serving.load(SeqCst) == t)
     }
 
+    /// Whether every ticket handed out has finished: nothing issued is outstanding.
+    pub fn idle(&self) -> bool {
+        self.next.load(SeqCst) == self.serving.load(SeqCst)
+    }
+
     /// Every ticket below this one has finished.
     pub fn serving(&self) -> u64 {
         self.serving.load(SeqCst)
@@ -115,6 +120,19 @@ impl Order {
 mod tests {
     use super::*;
     use std::sync::{mpsc, Arc};
+
+    #[test]
+    fn idle_only_while_no_ticket_is_outstanding() {
+        let o = Order::default();
+        assert!(o.idle());
+        let (a, _) = o.take_now();
+        assert!(!o.idle());
+        let b = o.take();
+        o.finish(b);
+        assert!(!o.idle(), "finished out of turn, {a} still outstanding");
+        o.finish(a);
+        assert!(o.idle());
+    }
 
     #[test]
     fn tickets_run_in_issue_order_whatever_thread_waits_first() {

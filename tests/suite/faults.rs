@@ -775,6 +775,65 @@ fn destroy_while_busy_is_refused() {
     t0.join().expect("rank 0");
 }
 
+/// As above, with the busy thread inside a repeat of its previous small call (the fast path
+/// that takes no ticket): the destroy is refused all the same, and both calls deliver.
+#[test]
+fn destroy_while_a_repeated_small_call_runs_is_refused() {
+    let ri = root_info();
+    let (tx, rx) = std::sync::mpsc::channel::<usize>();
+    let t0 = std::thread::spawn(move || unsafe {
+        let c = init_rank(2, &ri, 0);
+        tx.send(c as usize).unwrap();
+        for round in 0..2u8 {
+            let out = [7 + round; 8];
+            let mut inb = [0u8; 8];
+            let mut items = [
+                HcclSendRecvItem {
+                    sendRecvType: 0,
+                    buf: out.as_ptr() as *mut _,
+                    count: 8,
+                    dataType: UINT8,
+                    remoteRank: 1,
+                },
+                HcclSendRecvItem {
+                    sendRecvType: 1,
+                    buf: inb.as_mut_ptr() as *mut _,
+                    count: 8,
+                    dataType: UINT8,
+                    remoteRank: 1,
+                },
+            ];
+            let res = HcclBatchSendRecv(items.as_mut_ptr(), 2, c, null_mut());
+            assert_eq!(res, HCCL_SUCCESS, "round {round}");
+            assert_eq!(inb, [20 + round; 8], "round {round}");
+        }
+        assert_eq!(HcclCommDestroy(c), HCCL_SUCCESS);
+    });
+    let t1 = std::thread::spawn(move || unsafe {
+        let c = init_rank(2, &ri, 1);
+        let h0 = rx.recv().unwrap() as HcclComm;
+        for round in 0..2u8 {
+            let mut inb = [0u8; 8];
+            assert_eq!(
+                HcclRecv(inb.as_mut_ptr() as *mut _, 8, UINT8, 0, c, null_mut()),
+                HCCL_SUCCESS
+            );
+            assert_eq!(inb, [7 + round; 8]);
+            // In the second round rank 0's thread is provably inside its repeated call.
+            let d = (round == 1).then(|| HcclCommDestroy(h0));
+            let out = [20 + round; 8];
+            let s = HcclSend(out.as_ptr() as *mut _, 8, UINT8, 0, c, null_mut());
+            if let Some(d) = d {
+                assert_eq!(d, HCCL_E_UNAVAIL, "HcclCommDestroy on a handle in use");
+            }
+            assert_eq!(s, HCCL_SUCCESS);
+        }
+        assert_eq!(HcclCommDestroy(c), HCCL_SUCCESS);
+    });
+    t1.join().expect("rank 1");
+    t0.join().expect("rank 0");
+}
+
 // ------------------------------------------------------------------------------------------
 // Communicator management APIs.
 

@@ -804,6 +804,30 @@ impl Spawned {
     }
 }
 
+/// Waits for every child by one shared deadline `budget` and asserts each exited successfully
+/// having run its one test; `what` names the run in the failure message. Returns the outputs
+/// in spawn order.
+pub fn finish_passed(kids: Vec<Spawned>, budget: Duration, what: &str) -> Vec<ChildOutput> {
+    let deadline = Instant::now() + budget;
+    kids.into_iter()
+        .enumerate()
+        .map(|(rank, k)| {
+            let o = k.finish(
+                deadline.saturating_duration_since(Instant::now()),
+                Vec::new(),
+            );
+            assert!(
+                o.success && o.stdout.contains("1 passed"),
+                "{what}: rank {rank} process failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
+                o.code,
+                o.stdout,
+                tail(&o.stderr, 5000)
+            );
+            o
+        })
+        .collect()
+}
+
 /// The environment variable that marks a re-executed test binary.
 pub const CHILD_VAR: &str = "HCCL_TEST_CHILD";
 

@@ -143,19 +143,7 @@ fn finish_all(kids: Vec<Spawned>, links: &str, budget: Duration) {
 /// [`finish_all`], and when `copy` is given, every communicator of every child logged that its
 /// shared-memory links read large messages single-copy (`true`) or staged (`false`).
 fn finish_all_logging(kids: Vec<Spawned>, links: &str, copy: Option<&str>, budget: Duration) {
-    let deadline = Instant::now() + budget;
-    for (rank, k) in kids.into_iter().enumerate() {
-        let o = k.finish(
-            deadline.saturating_duration_since(Instant::now()),
-            Vec::new(),
-        );
-        assert!(
-            o.success && o.stdout.contains("1 passed"),
-            "rank {rank} process failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
-            o.code,
-            o.stdout,
-            tail(&o.stderr, 5000)
-        );
+    for (rank, o) in finish_passed(kids, budget, links).into_iter().enumerate() {
         let ready: Vec<&str> = o
             .stderr
             .lines()
@@ -578,19 +566,8 @@ fn shm_hostile_mapped_descriptors_between_processes() {
                 ("ASCEND_GLOBAL_LOG_LEVEL", "1"),
             ],
         );
-        let deadline = Instant::now() + Duration::from_secs(90);
-        for (rank, k) in kids.into_iter().enumerate() {
-            let o = k.finish(
-                deadline.saturating_duration_since(Instant::now()),
-                Vec::new(),
-            );
-            assert!(
-                o.success && o.stdout.contains("1 passed"),
-                "{lie}: rank {rank} process failed (code {:?}):\n--- stdout\n{}\n--- stderr\n{}",
-                o.code,
-                o.stdout,
-                tail(&o.stderr, 5000)
-            );
+        let outs = finish_passed(kids, Duration::from_secs(90), lie);
+        for (rank, o) in outs.into_iter().enumerate() {
             if rank == 1 {
                 let said = if lie == "range" || lie == "inode" {
                     "named a buffer of its memory that is not there"

@@ -18,7 +18,7 @@ use hccl::ffi::types::*;
 use std::os::raw::c_char;
 use std::process::Command;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Elements per operation: not a multiple of any rank count used, so ring blocks differ.
 const COUNT: usize = 4099;
@@ -239,20 +239,9 @@ fn processes_follow_the_documented_order() {
             spawn_piped(c)
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(180);
     let mut digests = Vec::new();
-    for (rank, k) in kids.into_iter().enumerate() {
-        let o = k.finish(
-            deadline.saturating_duration_since(Instant::now()),
-            Vec::new(),
-        );
-        assert!(
-            o.success && o.stdout.contains("1 passed"),
-            "rank {rank} (code {:?}):\n{}\n{}",
-            o.code,
-            o.stdout,
-            tail(&o.stderr, 4000)
-        );
+    let outs = finish_passed(kids, Duration::from_secs(180), "float order");
+    for (rank, o) in outs.into_iter().enumerate() {
         assert!(
             o.stderr.contains(&format!("{} shm peers", PROCS - 1)),
             "rank {rank} was not on shared memory:\n{}",

@@ -138,10 +138,10 @@ fn repeated_collectives_do_not_allocate() {
 /// One call on rank `rank` of `n` with two buffers.
 type Call = fn(HcclComm, usize, usize, &mut [f32], &mut [f32]);
 
-/// Heap allocations in every thread while each of `n` rank threads repeats `call` 20 times,
-/// after a few calls of the same shape (the plan, the entry's lists and the links' queues are
-/// then in place).
-fn repeated(n: usize, call: Call) -> u64 {
+/// Heap allocations in every thread while each of `n` rank threads repeats `call` 20 times on
+/// buffers of `len` floats, after a few calls of the same shape (the plan, the entry's lists and
+/// the links' queues are then in place).
+fn repeated(n: usize, len: usize, call: Call) -> u64 {
     let ri = root_info();
     let bar = Arc::new(Barrier::new(n));
     let delta = Arc::new(AtomicU64::new(0));
@@ -150,8 +150,8 @@ fn repeated(n: usize, call: Call) -> u64 {
             let (bar, delta) = (bar.clone(), delta.clone());
             std::thread::spawn(move || {
                 let comm = init_rank(n as u32, &ri, rank as u32);
-                let mut a = vec![1.0f32; 64];
-                let mut b = vec![0.0f32; 64];
+                let mut a = vec![1.0f32; len];
+                let mut b = vec![0.0f32; len];
                 for _ in 0..5 {
                     call(comm, rank, n, &mut a, &mut b);
                 }
@@ -214,8 +214,32 @@ fn repeated_small_alltoall_and_batches_reuse_their_lists() {
         for (name, call) in [("AlltoAll", alltoall as Call), ("BatchSendRecv", batch)] {
             // Not one per call: the entry's lists were four (AlltoAll) or two (batch)
             // allocations per call on every rank. (A link may still grow a queue now and then.)
-            let d = repeated(n, call);
+            let d = repeated(n, 64, call);
             assert!(d < 20, "{n} ranks: {d} heap allocations in 20 {name} calls");
         }
+    }
+}
+
+/// An AllReduce of the whole buffer with the maximum: large enough for ranks that are threads to
+/// write into each other's outputs, folded through the stage (the fp32 sum mostly bypasses it).
+fn large_max(comm: HcclComm, _rank: usize, _n: usize, a: &mut [f32], b: &mut [f32]) {
+    let fp32 = HcclDataType::HCCL_DATA_TYPE_FP32 as u32;
+    let max = HcclReduceOp::HCCL_REDUCE_MAX as u32;
+    let (pa, pb) = (a.as_mut_ptr() as *mut c_void, b.as_mut_ptr() as *mut c_void);
+    let rc = unsafe { HcclAllReduce(pa, pb, a.len() as u64, fp32, max, comm, null_mut()) };
+    assert_eq!(rc, HcclResult::HCCL_SUCCESS);
+}
+
+#[test]
+fn repeated_thread_write_path_reuses_its_stage_and_lists() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // 16 MiB per rank: the smallest AllReduce that takes the write path.
+    let len = (16 << 20) / 4;
+    for n in [2, 4] {
+        let d = repeated(n, len, large_max);
+        assert_eq!(
+            d, 0,
+            "{n} ranks: {d} heap allocations in 20 write-path AllReduces"
+        );
     }
 }

@@ -113,6 +113,8 @@ struct Inner {
     last: Option<Last>,
     /// Buffers of compressed AllReduce, kept between calls.
     compress_work: compressed::Workspace,
+    /// The stage of the write path between threads (see [`push`]), kept between calls.
+    push_stage: Vec<u8>,
 }
 
 /// The previous call of a communicator: a call of the same shape reuses its plan (and its tag,
@@ -669,6 +671,7 @@ impl Communicator {
                 p2p: P2pCounters::new(n),
                 last: None,
                 compress_work: compressed::Workspace::default(),
+                push_stage: Vec::new(),
             }),
             state: AtomicU64::new(0),
             async_err: Mutex::new(None),
@@ -1081,7 +1084,8 @@ impl Communicator {
         let t0 = t0.unwrap_or_else(Instant::now);
         let dl = self.cfg.exec_timeout.map(|d| t0 + d);
         if plan.push {
-            let r = self.run_push(&mut inner.ep, args, red, dl, &call, plan.traffic);
+            let stage = &mut inner.push_stage;
+            let r = self.run_push(&mut inner.ep, stage, args, red, dl, &call, plan.traffic);
             *ns = t0.elapsed().as_nanos() as u64;
             return r.map(|()| plan.traffic);
         }
@@ -1404,9 +1408,11 @@ impl Communicator {
 
     /// Runs the AllReduce `args` of `count` elements tagged `call` on the write path (see
     /// [`push`]), traced as one step when tracing is on.
+    #[allow(clippy::too_many_arguments)]
     fn run_push(
         &self,
         ep: &mut Endpoint,
+        stage: &mut Vec<u8>,
         args: &OpArgs,
         red: Option<crate::transport::ReduceFn>,
         dl: Option<Instant>,
@@ -1418,7 +1424,7 @@ impl Communicator {
         let red =
             red.ok_or_else(|| Error::new(ErrorKind::Internal, "AllReduce without an operator"))?;
         // SAFETY: the ffi layer validated both buffers against the operation's count.
-        let r = unsafe { push::allreduce(ep, args.send, args.recv, count, &red, dl, call) };
+        let r = unsafe { push::allreduce(ep, args.send, args.recv, count, &red, stage, dl, call) };
         let others = self.size as u64 - 1;
         let peers = (0..self.size)
             .filter(|&p| p != self.rank)

@@ -52,17 +52,20 @@ pub fn applies(ep: &Endpoint, bytes: usize) -> bool {
 }
 
 /// Runs an AllReduce of `count` elements from `send` to `recv` (which may be equal) on every
-/// rank of `ep`, tagged `tag`, folding with `red`; fails at `deadline` if a rank never joins.
+/// rank of `ep`, tagged `tag`, folding with `red` through `stage` (grown once, kept by the
+/// caller between calls); fails at `deadline` if a rank never joins.
 ///
 /// # Safety
 /// `send` must be valid for reads and `recv` for writes of `count` elements of `red`'s type,
 /// and stay so until the call returns.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn allreduce(
     ep: &mut Endpoint,
     send: usize,
     recv: usize,
     count: usize,
     red: &ReduceFn,
+    stage: &mut Vec<u8>,
     deadline: Option<Instant>,
     tag: &Tag,
 ) -> Result<()> {
@@ -86,14 +89,17 @@ pub unsafe fn allreduce(
         }
     };
     let piece = (PIECE_BYTES / es).max(1);
-    let mut stage = vec![0u8; CHUNK_BYTES / es * es];
+    if stage.len() < CHUNK_BYTES {
+        stage.resize(CHUNK_BYTES, 0);
+    }
+    let stage = &mut stage[..CHUNK_BYTES / es * es];
     while let Some(k) = call.claim() {
         let Some(first) = k.checked_mul(piece).filter(|&f| f < count) else {
             break;
         };
         // SAFETY: every rank published buffers of `count` elements, valid until each has
         // finished (`finish` below waits for that); the piece is this rank's alone.
-        unsafe { fold_piece(&call.bufs, red, first, piece.min(count - first), &mut stage) };
+        unsafe { fold_piece(&call.bufs, red, first, piece.min(count - first), stage) };
     }
     // The streaming stores reach memory before the peers learn that this rank is done.
     fence();

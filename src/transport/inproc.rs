@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::backoff::{Until, NO_CPU};
 use super::doorbell::Doorbell;
@@ -133,6 +133,9 @@ pub struct InprocFabric {
     /// The next piece of the current such operation to be claimed ([`PushCall::claim`]); reset
     /// by the rank whose posting completes the set, before any rank can enter.
     push_next: AtomicUsize,
+    /// Per rank, the list of every rank's buffers its current such operation works on, refilled
+    /// by each call ([`PushCall::bufs`]) so that a repeated operation allocates nothing.
+    push_views: Vec<Mutex<Vec<PushBufs>>>,
 }
 
 /// What a rank publishes for an operation in which ranks write into each other's buffers.
@@ -167,7 +170,7 @@ pub struct PushCall<'a> {
     me: usize,
     gen: u64,
     /// Every rank's buffers, in rank order.
-    pub bufs: Vec<PushBufs>,
+    pub bufs: MutexGuard<'a, Vec<PushBufs>>,
     open: bool,
 }
 
@@ -261,6 +264,7 @@ impl InprocFabric {
                     fail_why: Mutex::new(None),
                     stuck: (0..n).map(|_| Mutex::new(None)).collect(),
                     push: Mutex::new(vec![PushSlot::default(); n]),
+                    push_views: (0..n).map(|_| Mutex::new(Vec::with_capacity(n))).collect(),
                     push_next: AtomicUsize::new(0),
                 });
                 reg.insert(
@@ -401,11 +405,15 @@ impl InprocFabric {
                 }
                 if all {
                     p[me].entered = my_gen;
+                    // Only this rank's thread locks its view, never while it holds a call.
+                    let mut view = self.push_views[me].lock();
+                    view.clear();
+                    view.extend(p.iter().map(|s| s.bufs));
                     return Ok(PushCall {
                         fabric: self,
                         me,
                         gen: my_gen,
-                        bufs: p.iter().map(|s| s.bufs).collect(),
+                        bufs: view,
                         open: true,
                     });
                 }
@@ -464,20 +472,27 @@ impl InprocFabric {
         *self.stuck[me].lock() = None;
         self.ring_all();
         let bell = self.bells[me].get().cloned();
+        // The ranks not done yet that may still touch this rank's buffers, counted on every
+        // look (without allocating) and listed only for a message.
+        let late = |list: Option<&mut Vec<usize>>| {
+            let p = self.push.lock();
+            // A peer that has not entered this operation once the fabric failed never will
+            // (it enters only while the fabric is sound, under this lock).
+            let failed = self.failed.load(Ordering::SeqCst);
+            let ranks = (0..self.n).filter(|&r| p[r].done < gen && !(failed && p[r].entered < gen));
+            match list {
+                Some(l) => {
+                    l.extend(ranks);
+                    l.len()
+                }
+                None => ranks.count(),
+            }
+        };
         // Set once `deadline` has passed: the end of the wait for late ranks' pieces.
         let mut grace: Option<Instant> = None;
         loop {
             let seen = bell.as_ref().map(|b| b.seq());
-            let late: Vec<usize> = {
-                let p = self.push.lock();
-                // A peer that has not entered this operation once the fabric failed never will
-                // (it enters only while the fabric is sound, under this lock).
-                let failed = self.failed.load(Ordering::SeqCst);
-                (0..self.n)
-                    .filter(|&r| p[r].done < gen && !(failed && p[r].entered < gen))
-                    .collect()
-            };
-            if late.is_empty() {
+            if late(None) == 0 {
                 return match self.failure() {
                     Some(e) => Err(e),
                     None => Ok(()),
@@ -485,12 +500,14 @@ impl InprocFabric {
             }
             let now = Instant::now();
             if grace.is_some_and(|g| now >= g) {
+                let mut list = Vec::new();
+                late(Some(&mut list));
                 // A late rank that has not run for the whole grace may still fold the piece
                 // it holds, reading its peers' inputs and writing their outputs after they got
                 // them back: at most that one piece (it claims no other), and nothing can stop
                 // a thread that does not run.
                 log::warn!(
-                    "rank {me}: rank(s) {late:?} of this process did not end their piece of a \
+                    "rank {me}: rank(s) {list:?} of this process did not end their piece of a \
                      failed operation within {PUSH_GRACE:?}"
                 );
                 return Err(self.failure().unwrap_or_else(|| {
@@ -501,9 +518,11 @@ impl InprocFabric {
                 // Failing the fabric stops the late ranks' claims; those that entered are
                 // waited for a little longer so that they do not touch this rank's buffers
                 // after the return.
+                let mut list = Vec::new();
+                late(Some(&mut list));
                 let e = Error::new(
                     ErrorKind::Remote,
-                    format!("timed out waiting for rank(s) {late:?} of this process to finish"),
+                    format!("timed out waiting for rank(s) {list:?} of this process to finish"),
                 );
                 self.fail(&e);
                 grace = Some(now + PUSH_GRACE);

@@ -432,4 +432,32 @@ mod tests {
         // SAFETY: the test's descriptor.
         unsafe { libc::close(kept) };
     }
+
+    /// Before the epoch check runs, a kept mapping of a freed block only holds pages: the freed
+    /// file keeps its inode while mapped, so a new block is never mistaken for it, even under
+    /// the same descriptor number.
+    #[test]
+    fn a_kept_mapping_of_a_freed_file_never_serves_another_block() {
+        let mut m = me();
+        let (old, dold) = file(4096, true);
+        m.resolve(&dold, 16, false).unwrap();
+        let (new, dnew) = file(4096, true);
+        // The "peer" frees the block and allocates another under the same number, with no
+        // message in between: the epoch the receiver saw does not move.
+        // SAFETY: the test's descriptors.
+        unsafe {
+            assert_eq!(libc::pwrite(new, [0xa5u8; 16].as_ptr().cast(), 16, 0), 16);
+            libc::dup2(new, old);
+            libc::close(new);
+        }
+        assert_ne!(dnew.ino, dold.ino);
+        let p = m
+            .resolve(&ShareDesc { fd: old, ..dnew }, 16, false)
+            .unwrap();
+        // SAFETY: 16 bytes mapped at p.
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, 16) }, &[0xa5u8; 16]);
+        assert_eq!(m.mapped(), 2);
+        // SAFETY: the test's descriptor.
+        unsafe { libc::close(old) };
+    }
 }

@@ -10,7 +10,7 @@
 #   OP: all_reduce all_gather broadcast reduce_scatter reduce alltoall scatter send_recv barrier,
 #       or all (the default). fp32 sum, root 0.
 #   MEM: where our testers' buffers live (their --mem): device (the default, aclrtMalloc), host,
-#       or both (the two interleaved with MPI's runs, one table per memory).
+#       or both (interleaved with MPI's runs, one table per memory; Barrier, bufferless, runs once).
 #   defaults: 2 ranks, 8 B .. 64M (factor 2), 20 timed iterations per size (SMALL_ITERS = 1000
 #       up to 64 KiB, where one iteration is too short to time alone), 5 warm-up, 3 repeats.
 #   OUT.png (default /tmp/compare_mpi.png) is the plot of a single operation; with several, each
@@ -164,8 +164,12 @@ status=0
 summary=()
 multi=$(( ${#ops[@]} > 1 ))
 for op in "${ops[@]}"; do
+    # A Barrier has no buffers (the tester allocates none in either memory), so the memory
+    # kind changes nothing: it runs once per repeat, and its table says so.
+    opmems=("${mems[@]}")
+    [ "$op" = barrier ] && opmems=("${mems[0]}")
     sides=(mpi)
-    for m in "${mems[@]}"; do sides+=("hccl_$m"); done
+    for m in "${opmems[@]}"; do sides+=("hccl_$m"); done
     for (( k = 1; k <= repeats; k++ )); do
         # Each repeat starts the rotation one place further, so no side always runs first.
         order=()
@@ -177,7 +181,7 @@ for op in "${ops[@]}"; do
             run_side "$side" "$op" "$k"
         done
     done
-    for m in "${mems[@]}"; do
+    for m in "${opmems[@]}"; do
     files=()
     for (( k = 1; k <= repeats; k++ )); do
         files+=("side=hccl" "rep=$k" "$work/$op.hccl_$m.$k.txt" "side=mpi" "rep=$k" "$work/$op.mpi.$k.txt")
@@ -188,11 +192,12 @@ for op in "${ops[@]}"; do
         *) what=fp32 ;;
     esac
     memnote=
-    [ ${#mems[@]} -gt 1 ] && memnote=" ($m memory)"
+    [ ${#opmems[@]} -gt 1 ] && memnote=" ($m memory)"
+    [ ${#opmems[@]} -lt ${#mems[@]} ] && memnote=" (no buffers: one run for every memory)"
     echo "== $op: ${op}_test$memnote vs $(mpi_name "$op"), $ranks processes, $what, medians of $repeats interleaved repeats"
     # Rows of every repeat -> medians per size; also writes the median tables for the plot.
     label=$op
-    [ ${#mems[@]} -gt 1 ] && label=$op/$m
+    [ ${#opmems[@]} -gt 1 ] && label=$op/$m
     line=$(awk -v R="$repeats" -v floor="$floor" -v lat="$latency_max" -v op="$label" \
         -v hmed="$work/$op.hccl_$m.median.txt" -v mmed="$work/$op.mpi.median.txt" '
         function median(a, n,   i, j, x) {

@@ -2,7 +2,7 @@
 //! costs about as much as the rest of a small operation's send or combine step.
 
 /// The longest copy [`copy_short`] does with word loads and stores; longer ones call `memcpy`.
-pub const SHORT_COPY_MAX: usize = 24;
+pub const SHORT_COPY_MAX: usize = 32;
 
 /// Copies `len` bytes; up to [`SHORT_COPY_MAX`] with word loads and stores that overlap where
 /// `len` is not a multiple of the word.
@@ -20,6 +20,9 @@ pub unsafe fn copy_short(src: *const u8, dst: *mut u8, len: usize) {
             let (a, z) = (word(0), word(len - 8));
             if len > 16 {
                 put(8, word(8));
+            }
+            if len > 24 {
+                put(16, word(16));
             }
             put(0, a);
             put(len - 8, z);

@@ -82,21 +82,24 @@ pub const NSLOTS: usize = 8;
 pub const LANE_CELLS: usize = 64;
 const CELL: usize = 64;
 const LANE_BYTES: usize = LANE_CELLS * CELL;
-/// Largest message sent by the lane: its header cell carries 24 bytes of it, each further
+/// Largest message sent by the lane: its header cell carries 32 bytes of it, each further
 /// cell 64.
 pub const LANE_MAX: usize = 1024;
-/// A lane cell: sequence word (the cell's position plus one, stored last), message length (u32),
-/// the staged ring's write position when the message was sent (u32, low bits), tag, and the
-/// message's first bytes.
-const LANE_LEN_OFF: usize = 8;
-const LANE_POS_OFF: usize = 12;
-const LANE_TAG_OFF: usize = 16;
+/// A lane cell: sequence word (the low 32 bits of the cell's position plus one, stored last),
+/// message length (u16), the staged ring's write position when the message was sent (u16, low
+/// bits: the receiver's read position is never more than [`NSLOTS`] behind it), tag, and the
+/// message's first bytes. Narrow header words leave 32 bytes of data, so an fp32 message of
+/// eight elements still takes one line.
+const LANE_LEN_OFF: usize = 4;
+const LANE_POS_OFF: usize = 6;
+const LANE_TAG_OFF: usize = 8;
 const LANE_DATA_OFF: usize = LANE_TAG_OFF + TAG_LEN;
 const LANE_FIRST: usize = CELL - LANE_DATA_OFF;
 // A header cell's bytes are copied without a `memcpy` call.
 const _: () = assert!(LANE_FIRST <= SHORT_COPY_MAX);
 const _: () = assert!(LANE_CELLS <= 64 && LANE_CELLS.is_power_of_two());
 const _: () = assert!(lane_cells(LANE_MAX) < LANE_CELLS as u64);
+const _: () = assert!(LANE_MAX <= u16::MAX as usize && NSLOTS < 1 << 15);
 /// Largest ring per channel: enough to keep staged copies pipelined and cache-resident.
 pub const MAX_RING_BYTES: usize = 1 << 20;
 const MIN_SLOT_BYTES: usize = 4096;
@@ -619,9 +622,9 @@ impl Channel {
         unsafe { self.base.add(CTL_BYTES + i * CELL) }
     }
 
-    fn cell_seq(&self, k: u64) -> &AtomicU64 {
-        // SAFETY: the sequence word is the first 8 bytes of the 64-byte aligned cell.
-        unsafe { &*(self.cell(k) as *const AtomicU64) }
+    fn cell_seq(&self, k: u64) -> &AtomicU32 {
+        // SAFETY: the sequence word is the first 4 bytes of the 64-byte aligned cell.
+        unsafe { &*(self.cell(k) as *const AtomicU32) }
     }
 
     /// Calls `f(at, off, n)` for the runs of a `len`-byte lane message whose header is cell
@@ -665,6 +668,12 @@ fn start_probe(prober: &mut Option<ring_stores::Prober>, own: &Segment, out: &Ch
             p.start_if_due(out.round_trip_words().0, Instant::now());
         }
     }
+}
+
+/// The sequence word that publishes lane cell `k`. Never zero in the first lap (fresh memory),
+/// and a header position is cleared to its complement, so neither looks published.
+const fn cell_seq_of(k: u64) -> u32 {
+    (k + 1) as u32
 }
 
 /// Lane cells a `len`-byte message takes.
@@ -968,8 +977,8 @@ impl ShmLink {
                     }
                 });
             }
-            std::ptr::write(cell.add(LANE_LEN_OFF) as *mut u32, len as u32);
-            std::ptr::write(cell.add(LANE_POS_OFF) as *mut u32, self.wr as u32);
+            std::ptr::write(cell.add(LANE_LEN_OFF) as *mut u16, len as u16);
+            std::ptr::write(cell.add(LANE_POS_OFF) as *mut u16, self.wr as u16);
             std::ptr::copy_nonoverlapping(tag.0.as_ptr(), cell.add(LANE_TAG_OFF), TAG_LEN);
             copy_short(ptr, cell.add(LANE_DATA_OFF), len.min(LANE_FIRST));
         }
@@ -983,11 +992,15 @@ impl ShmLink {
         // A receiver polling the next header position must never find there data that happens
         // to equal the sequence word it waits for.
         if dirty & bit(k + n) != 0 {
-            self.out.cell_seq(k + n).store(0, Ordering::Relaxed);
+            self.out
+                .cell_seq(k + n)
+                .store(!cell_seq_of(k + n), Ordering::Relaxed);
             dirty &= !bit(k + n);
         }
         self.lane_dirty = dirty;
-        self.out.cell_seq(k).store(k + 1, Ordering::Release);
+        self.out
+            .cell_seq(k)
+            .store(cell_seq_of(k), Ordering::Release);
         self.lane_wr = k + n;
         true
     }
@@ -998,12 +1011,12 @@ impl ShmLink {
     /// published, so is every lane message sent before it.
     fn next_src(&self) -> Next {
         let ring = self.inp.seq(self.rd).load(Ordering::Acquire) == self.rd + 1;
-        if self.inp.cell_seq(self.lane_rd).load(Ordering::Acquire) == self.lane_rd + 1 {
+        if self.inp.cell_seq(self.lane_rd).load(Ordering::Acquire) == cell_seq_of(self.lane_rd) {
             // SAFETY: the cell is published (acquire above) and ours until consumed.
             let pos = unsafe {
-                std::ptr::read_volatile(self.inp.cell(self.lane_rd).add(LANE_POS_OFF) as *const u32)
+                std::ptr::read_volatile(self.inp.cell(self.lane_rd).add(LANE_POS_OFF) as *const u16)
             };
-            if pos == self.rd as u32 {
+            if pos == self.rd as u16 {
                 return Next::Lane;
             }
         }
@@ -1022,7 +1035,7 @@ impl ShmLink {
         // lie inside it.
         let len = unsafe {
             std::ptr::copy_nonoverlapping(cell.add(LANE_TAG_OFF), t.0.as_mut_ptr(), TAG_LEN);
-            std::ptr::read_volatile(cell.add(LANE_LEN_OFF) as *const u32)
+            std::ptr::read_volatile(cell.add(LANE_LEN_OFF) as *const u16)
         };
         (len as usize, t)
     }
@@ -3164,7 +3177,7 @@ mod tests {
         let (mut a, mut b) = links_opts(32 << 10, 0, true);
         let mut sh = Shared::default();
         // Lane messages only: the ring's position stays 0, which the planted words name too.
-        let lens = [8usize, 100, 1000, 30, 600, 64, 0, LANE_MAX, 25, 200, 88];
+        let lens = [8usize, 100, 1000, 32, 600, 64, 0, LANE_MAX, 33, 200, 96];
         for i in 0..4000 {
             let len = lens[i % lens.len()];
             let mut src: Vec<u8> = (0..len).map(|j| (i * 13 + j) as u8).collect();
@@ -3205,6 +3218,51 @@ mod tests {
             }
         }
         assert!(a.lane_wr > 100 * LANE_CELLS as u64, "{}", a.lane_wr);
+    }
+
+    #[test]
+    fn lane_messages_cross_the_wrap_of_the_32_bit_sequence_words() {
+        use crate::transport::tag::{OpKind, OpTag};
+        let tag = |i: usize| {
+            OpTag {
+                count: i as u64,
+                ..OpTag::new(OpKind::Broadcast)
+            }
+            .encode()
+        };
+        let (mut a, mut b) = links_opts(32 << 10, 0, true);
+        let mut sh = Shared::default();
+        // Both ends jump to a lane position a few laps before the sequence words wrap to 0
+        // (the same cell, as the positions agree modulo the lane).
+        let start = (1u64 << 32) - 4 * LANE_CELLS as u64;
+        a.lane_wr = start;
+        a.lane_seen = start;
+        b.lane_rd = start;
+        a.out.lane_consumed().store(start, Ordering::Release);
+        let lens = [8usize, 32, 33, 0, 200, 24, 64, 1000];
+        for i in 0..2000 {
+            let len = lens[i % lens.len()];
+            let src: Vec<u8> = (0..len).map(|j| (i * 7 + j) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: the buffers outlive the transfers (taken or driven to the end below).
+            unsafe {
+                if !a.send_now(src.as_ptr(), len, &tag(i)) {
+                    a.post_send(src.as_ptr(), len, tag(i)).unwrap();
+                }
+                if !b.recv_now(dst.as_mut_ptr(), len, &tag(i)) {
+                    b.post_recv(dst.as_mut_ptr(), len, None, tag(i), &mut sh)
+                        .unwrap();
+                }
+            }
+            drive(&mut a, &mut b).unwrap();
+            assert_eq!(src, dst, "message {i} ({len} bytes)");
+            assert!(b.peek_tag().is_none(), "message {i}");
+        }
+        assert!(
+            a.lane_wr > (1 << 32) + 8 * LANE_CELLS as u64,
+            "{}",
+            a.lane_wr
+        );
     }
 
     /// A test allocation like the ACL runtime's: a memfd of its own, mapped shared, sealed

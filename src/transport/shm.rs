@@ -86,10 +86,11 @@ const LANE_BYTES: usize = LANE_CELLS * CELL;
 /// cell 64.
 pub const LANE_MAX: usize = 1024;
 /// Largest message a sender that runs ahead of its receiver ([`Link::send_ahead`]) sends by the
-/// lane when it has room, whatever the host: up to three cells. With two processes, a Scatter
-/// root's messages of 32-128 B took 0.23-0.26 µs per call by the lane against 0.29-0.31 by the
-/// ring, whose eight slots the root kept filling; from five cells (256 B) the lane was slower.
-pub const LANE_AHEAD_MAX: usize = LANE_FIRST + 2 * CELL;
+/// lane when it has room, whatever the host: two cells. With two processes on cores that share
+/// no cache, Scatter and Broadcast roots' messages of 32-64 B took 0.20-0.26 µs per call by the
+/// lane against 0.28-0.30 by the ring, whose eight slots the root kept filling; on cores that
+/// share one, 0.09-0.10 µs either way. Three cells (128 B) measured 10-15% slower there.
+pub const LANE_AHEAD_MAX: usize = LANE_FIRST + CELL;
 /// A lane cell: sequence word (the cell's position plus one, stored last), message length (u32),
 /// the staged ring's write position when the message was sent (u32, low bits), tag, and the
 /// message's first bytes.

@@ -480,7 +480,7 @@ unsafe fn exchange(
                 if it.send {
                     let tag = tags.to(it.peer, len);
                     // SAFETY: the item's buffer holds `len` bytes (the caller's contract).
-                    unsafe { send_to(ep, it.peer, at, len, tag) }?;
+                    unsafe { send_to(ep, it.peer, at, len, tag, false) }?;
                 } else {
                     let tag = tags.from(it.peer, len);
                     // SAFETY: the item's buffer holds `len` bytes, untouched by others until
@@ -517,7 +517,7 @@ unsafe fn exchange(
             }
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
-            unsafe { send_to(ep, root, send as *const u8, b, tag) }?;
+            unsafe { send_to(ep, root, send as *const u8, b, tag, false) }?;
             finish(ep, posted, timeout, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
@@ -532,8 +532,9 @@ unsafe fn exchange(
                 let src = if scatter { send + p as usize * b } else { send };
                 let tag = tags.to(p, b);
                 // SAFETY: the root's buffer holds the block (Scatter: `n` blocks of `b` bytes),
-                // valid and unmodified until `wait_all` retires the transfer.
-                unsafe { send_to(ep, p, src as *const u8, b, tag) }?;
+                // valid and unmodified until `wait_all` retires the transfer. An eager root runs
+                // ahead of its receivers.
+                unsafe { send_to(ep, p, src as *const u8, b, tag, s.is_eager(p)) }?;
             }
             if scatter {
                 // SAFETY: the root's own block and `recv` hold `b` bytes each.
@@ -574,7 +575,7 @@ unsafe fn swap_all(
     for p in s.peers() {
         let tag = tags.to(p, b);
         // SAFETY: forwarded from the caller.
-        unsafe { send_to(ep, p, src(p), b, tag) }?;
+        unsafe { send_to(ep, p, src(p), b, tag, false) }?;
     }
     // The inputs leave before the receives are posted: that is what the peers wait for.
     if ep.pending() {
@@ -590,8 +591,9 @@ unsafe fn swap_all(
 }
 
 /// Sends `len` bytes at `src` tagged `tag` to `peer`: straight into the link when nothing is
-/// queued to the peer and the link has room (see [`Endpoint::send_now`]), else by posting the
-/// send, which [`finish`] completes.
+/// queued to the peer and the link has room (see [`Endpoint::send_now`]; [`Endpoint::send_ahead`]
+/// when this rank runs `ahead` of the peer), else by posting the send, which [`finish`]
+/// completes.
 ///
 /// # Safety
 /// `src` must be valid for reads of `len` bytes and stay unmodified until [`finish`] returns.
@@ -601,9 +603,16 @@ unsafe fn send_to(
     src: *const u8,
     len: usize,
     tag: Tag,
+    ahead: bool,
 ) -> Result<()> {
     // SAFETY: forwarded from the caller.
-    if unsafe { ep.send_now(peer, src, len, &tag) } {
+    let sent = unsafe {
+        match ahead {
+            true => ep.send_ahead(peer, src, len, &tag),
+            false => ep.send_now(peer, src, len, &tag),
+        }
+    };
+    if sent {
         return Ok(());
     }
     // SAFETY: forwarded from the caller.

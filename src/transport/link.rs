@@ -214,6 +214,16 @@ pub trait Link: Send {
         false
     }
 
+    /// [`Link::send_now`] for a sender that runs ahead of its receiver (the root of an eager
+    /// Broadcast or Scatter), which a link may carry in a deeper queue.
+    ///
+    /// # Safety
+    /// As for [`Link::send_now`].
+    unsafe fn send_ahead(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.send_now(ptr, len, tag) }
+    }
+
     /// Moves whatever can move now without blocking; returns whether anything moved.
     fn progress(&mut self, shared: &mut Shared) -> Result<bool>;
 

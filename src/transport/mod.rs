@@ -411,6 +411,20 @@ impl Endpoint {
         unsafe { self.links[peer as usize].send_now(ptr, len, tag) }
     }
 
+    /// [`Endpoint::send_now`] for a sender that runs ahead of `peer` (see
+    /// [`Link::send_ahead`]).
+    ///
+    /// # Safety
+    /// As for [`Endpoint::send_now`].
+    #[inline]
+    pub unsafe fn send_ahead(&mut self, peer: u32, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        // SAFETY: forwarded.
+        unsafe { self.links[peer as usize].send_ahead(ptr, len, tag) }
+    }
+
     /// Completes every posted operation, failing at `deadline` (None: wait forever); `expect`
     /// says what the running operation accepts (see [`Expectation`]).
     pub fn wait_all(

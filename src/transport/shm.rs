@@ -2627,8 +2627,7 @@ mod tests {
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
         // Messages of up to two cells by the lane, larger ones by the ring, interleaved: the
-        // receiver takes them in
-        // the order sent, directly or by the queued path, bit for bit.
+        // receiver takes them in the order sent, directly or by the queued path, bit for bit.
         let lens = [LANE_AHEAD_MAX, 256, 25, 8, LANE_AHEAD_MAX, 256];
         let msgs: Vec<Vec<u8>> = lens
             .iter()

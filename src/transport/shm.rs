@@ -2338,6 +2338,15 @@ mod tests {
         (a, b)
     }
 
+    /// The encoded tag of an operation of `kind` over `count` elements.
+    fn op_tag(kind: crate::transport::tag::OpKind, count: u64) -> Tag {
+        crate::transport::tag::OpTag {
+            count,
+            ..crate::transport::tag::OpTag::new(kind)
+        }
+        .encode()
+    }
+
     fn links(budget: usize, single_copy: bool) -> (Box<ShmLink>, Box<ShmLink>) {
         links_max(budget, if single_copy { usize::MAX } else { 0 })
     }
@@ -2479,14 +2488,8 @@ mod tests {
 
     #[test]
     fn direct_receive_takes_only_the_expected_whole_message() {
-        use crate::transport::tag::{OpKind, OpTag};
-        let tag = |count| {
-            OpTag {
-                count,
-                ..OpTag::new(OpKind::AllReduce)
-            }
-            .encode()
-        };
+        use crate::transport::tag::OpKind;
+        let tag = |count| op_tag(OpKind::AllReduce, count);
         // 32 KiB for one peer: 4 KiB slots, so 5000 bytes take two.
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
@@ -2552,14 +2555,8 @@ mod tests {
 
     #[test]
     fn direct_send_publishes_what_the_queued_path_would() {
-        use crate::transport::tag::{OpKind, OpTag};
-        let tag = |count| {
-            OpTag {
-                count,
-                ..OpTag::new(OpKind::Broadcast)
-            }
-            .encode()
-        };
+        use crate::transport::tag::OpKind;
+        let tag = |count| op_tag(OpKind::Broadcast, count);
         // 32 KiB for one peer: 4 KiB slots.
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
@@ -2616,14 +2613,8 @@ mod tests {
 
     #[test]
     fn a_sender_ahead_sends_messages_of_a_few_cells_by_the_lane_in_order() {
-        use crate::transport::tag::{OpKind, OpTag};
-        let tag = |count| {
-            OpTag {
-                count,
-                ..OpTag::new(OpKind::Scatter)
-            }
-            .encode()
-        };
+        use crate::transport::tag::OpKind;
+        let tag = |count| op_tag(OpKind::Scatter, count);
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
         // Messages of up to two cells by the lane, larger ones by the ring, interleaved: the

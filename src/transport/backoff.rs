@@ -13,13 +13,19 @@
 //! followed by a yield and the ranks take turns. Sleeping comes only after the budget, since a
 //! sleeper costs whoever wakes it a system call and itself a wake-up latency.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Pause rounds between checks of the costlier kind (tens of nanoseconds each).
 const SPINS: u32 = 64;
-/// How long a waiter with a core of its own polls before sleeping.
+/// How long a waiter with a core of its own polls before sleeping, at first.
 const BUDGET: Duration = Duration::from_micros(100);
+/// The most that budget grows to ([`Backoff::slept`]). A waiter whose sleeps keep ending
+/// soon after they began (a peer that wakes from a sleep of its own, answers at once and goes
+/// back to sleep) gains nothing by sleeping: each side then pays a wake-up per hand-over, and
+/// once a wake-up takes longer than the budget, every wait outlasts the budget because the
+/// other side sleeps, so neither ever catches the other awake.
+const BUDGET_MAX: Duration = Duration::from_millis(1);
 /// Longest spin without a yield, for a waiter that sees no peer queued on its CPU.
 const YIELD_EVERY: Duration = Duration::from_micros(40);
 /// How long a waiter on a crowded host yields before sleeping: long enough to cover the other
@@ -162,6 +168,8 @@ fn quota_cpus(max: &str) -> Option<usize> {
 pub struct Backoff {
     crowded: bool,
     budget: Duration,
+    /// The budget of the next wait in ns: `budget`, or more after sleeps that ended soon.
+    grown: AtomicU64,
     /// Consecutive rounds that found a peer on this CPU.
     colocated_rounds: AtomicU32,
 }
@@ -177,6 +185,7 @@ impl Backoff {
         Backoff {
             crowded,
             budget: if crowded { BUDGET_CROWDED } else { BUDGET },
+            grown: AtomicU64::new(0),
             colocated_rounds: AtomicU32::new(0),
         }
     }
@@ -186,10 +195,34 @@ impl Backoff {
         self.crowded
     }
 
+    /// The budget of the next wait: the policy's own, or the grown one ([`Backoff::slept`]).
+    fn budget_now(&self) -> Duration {
+        Duration::from_nanos(self.grown.load(Ordering::Relaxed)).max(self.budget)
+    }
+
+    /// Learns from a sleep that followed a spent budget (a waiter with a core of its own): one
+    /// that an event (`woken`) ended within [`BUDGET_MAX`] doubles the budget, up to that; any
+    /// other puts it back. Polling that long costs the waiter's own core only, and each
+    /// hand-over caught awake spares both sides a wake-up.
+    pub fn slept(&self, asleep: Duration, woken: bool) {
+        if self.crowded {
+            return;
+        }
+        let grown = if woken && asleep < BUDGET_MAX {
+            (2 * self.budget_now()).min(BUDGET_MAX)
+        } else {
+            self.budget
+        };
+        let ns = grown.as_nanos() as u64;
+        if self.grown.load(Ordering::Relaxed) != ns {
+            self.grown.store(ns, Ordering::Relaxed);
+        }
+    }
+
     /// Checks `w` until it is ready or the budget, at most `limit`, is spent. Returns `None`
     /// once ready, else the part of `limit` left (for sleeping).
     pub fn run(&self, limit: Duration, w: &mut impl Wait) -> Option<Duration> {
-        let budget = self.budget.min(limit);
+        let budget = self.budget_now().min(limit);
         let mut start: Option<Instant> = None;
         let mut last_yield = Duration::ZERO;
         // Published at every wait, not only long ones: a record left from before a migration
@@ -413,6 +446,32 @@ mod tests {
         if n >= 2 {
             assert!(w.cpus.len() >= 2, "never moved: {:?}", w.cpus);
         }
+    }
+
+    #[test]
+    fn sleeps_that_end_soon_grow_the_budget_and_others_put_it_back() {
+        let b = Backoff::new(false);
+        assert_eq!(b.budget_now(), BUDGET);
+        let short = BUDGET_MAX / 4;
+        b.slept(short, true);
+        assert_eq!(b.budget_now(), 2 * BUDGET);
+        for _ in 0..20 {
+            b.slept(short, true);
+        }
+        assert_eq!(b.budget_now(), BUDGET_MAX, "capped");
+        // The grown budget is what a wait polls for before it gives up.
+        let t0 = Instant::now();
+        assert!(b.run(Duration::MAX, &mut count(u32::MAX)).is_some());
+        assert!(t0.elapsed() >= BUDGET_MAX);
+        b.slept(BUDGET_MAX, true);
+        assert_eq!(b.budget_now(), BUDGET, "a long sleep paid off");
+        b.slept(short, true);
+        b.slept(short, false);
+        assert_eq!(b.budget_now(), BUDGET, "a sleep that timed out");
+        // A crowded host's waiters keep their budget: a peer may need their core.
+        let c = Backoff::new(true);
+        c.slept(short, true);
+        assert_eq!(c.budget_now(), BUDGET_CROWDED);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
 use super::futex;
@@ -138,7 +138,10 @@ impl Doorbell {
         if extra.is_empty() {
             self.sleeping.store(FUTEX_SLEEP, Ordering::SeqCst);
             if self.seq.load(Ordering::SeqCst) == seen && !left.is_zero() {
+                let t0 = Instant::now();
                 futex::wait(&self.seq, seen, left, false);
+                self.backoff
+                    .slept(t0.elapsed(), self.seq.load(Ordering::SeqCst) != seen);
             }
             self.sleeping.store(AWAKE, Ordering::SeqCst);
             return;
@@ -199,7 +202,7 @@ mod tests {
                 revents: 0,
             }];
             let slice: &mut [libc::pollfd] = if poll_mode { &mut extra } else { &mut [] };
-            let t = std::time::Instant::now();
+            let t = Instant::now();
             b2.wait(seen, slice, SLEEP_MS, &mut Until(|| false));
             t.elapsed()
         });

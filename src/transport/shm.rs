@@ -523,7 +523,9 @@ impl Segment {
         // Publishing the sleeper before looking at the bell again pairs with `ring`'s
         // bump-then-check: one of the two always sees the other, so no wake-up is lost.
         if !w.ready() && !left.is_zero() {
+            let t0 = Instant::now();
             futex_wait(bell, seen, left.min(SLEEP_TICK));
+            self.backoff.slept(t0.elapsed(), w.ready());
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
         w.ready()

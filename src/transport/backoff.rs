@@ -201,7 +201,7 @@ impl Backoff {
     }
 
     /// Learns from a sleep that followed a spent budget (a waiter with a core of its own): one
-    /// that an event (`woken`) ended within [`BUDGET_MAX`] doubles the budget, up to that; any
+    /// that an event (`woken`) ended within 1 ms doubles the budget, up to that; any
     /// other puts it back. Polling that long costs the waiter's own core only, and each
     /// hand-over caught awake spares both sides a wake-up.
     pub fn slept(&self, asleep: Duration, woken: bool) {

@@ -3237,14 +3237,8 @@ mod tests {
 
     #[test]
     fn the_lane_wraps_many_times_and_never_mistakes_old_data_for_a_message() {
-        use crate::transport::tag::{OpKind, OpTag};
-        let tag = |i: usize| {
-            OpTag {
-                count: i as u64,
-                ..OpTag::new(OpKind::Broadcast)
-            }
-            .encode()
-        };
+        use crate::transport::tag::OpKind;
+        let tag = |i: usize| op_tag(OpKind::Broadcast, i as u64);
         let (mut a, mut b) = links_opts(32 << 10, 0, true);
         let mut sh = Shared::default();
         // Lane messages only: the ring's position stays 0, which the planted words name too.
@@ -3293,14 +3287,8 @@ mod tests {
 
     #[test]
     fn lane_messages_cross_the_wrap_of_the_32_bit_sequence_words() {
-        use crate::transport::tag::{OpKind, OpTag};
-        let tag = |i: usize| {
-            OpTag {
-                count: i as u64,
-                ..OpTag::new(OpKind::Broadcast)
-            }
-            .encode()
-        };
+        use crate::transport::tag::OpKind;
+        let tag = |i: usize| op_tag(OpKind::Broadcast, i as u64);
         let (mut a, mut b) = links_opts(32 << 10, 0, true);
         let mut sh = Shared::default();
         // Both ends jump to a lane position a few laps before the sequence words wrap to 0

@@ -16,6 +16,7 @@ use super::compressed::{self, Compressed};
 use super::config::CommConfig;
 use super::order::Order;
 use super::rank_table::RankTable;
+use super::registry::Pinned;
 use super::root_info::RootInfo;
 use super::segment;
 use super::stats::{CommStats, StatCells, Traffic};
@@ -148,8 +149,10 @@ pub struct Communicator {
     topo: algo::Topo,
     creator: ThreadId,
     inner: Mutex<Inner>,
-    /// Threads inside, and [`DESTROYED`]: one word, so entering costs no lock.
-    state: AtomicU64,
+    /// Threads inside, and [`DESTROYED`]: one word, so entering costs no lock. Shared with the
+    /// handle registry's per-thread cache, which reads it before it touches the communicator
+    /// (see [`super::registry::pin`]).
+    state: Arc<AtomicU64>,
     async_err: Mutex<Option<Error>>,
     /// Where operations are traced (`HCCL_TRACE_FILE`), if anywhere.
     trace: Option<Tracer>,
@@ -164,8 +167,24 @@ pub struct BusyGuard<'a>(&'a Communicator);
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        self.0.state.fetch_sub(1, Ordering::Release);
+        leave(&self.0.state);
     }
+}
+
+/// Counts the calling thread in at `state` unless the communicator is destroyed (then leaves it
+/// as it was and answers false). Counted first, checked after: a destroy either sees this thread
+/// inside and refuses, or came first and this thread backs out.
+pub(crate) fn try_enter(state: &AtomicU64) -> bool {
+    if state.fetch_add(1, Ordering::Acquire) & DESTROYED != 0 {
+        state.fetch_sub(1, Ordering::Release);
+        return false;
+    }
+    true
+}
+
+/// Counts the calling thread out again after a [`try_enter`] that answered true.
+pub(crate) fn leave(state: &AtomicU64) {
+    state.fetch_sub(1, Ordering::Release);
 }
 
 fn deadline(cfg: &CommConfig) -> Instant {
@@ -673,7 +692,7 @@ impl Communicator {
                 compress_work: compressed::Workspace::default(),
                 push_stage: Vec::new(),
             }),
-            state: AtomicU64::new(0),
+            state: Arc::new(AtomicU64::new(0)),
             async_err: Mutex::new(None),
             stats: StatCells::default(),
             order: Order::default(),
@@ -722,16 +741,18 @@ impl Communicator {
 
     /// Marks the communicator busy; fails once it has been destroyed.
     pub fn enter(&self) -> Result<BusyGuard<'_>> {
-        // Counted first, checked after: a destroy either sees this thread inside and refuses,
-        // or came first and this thread backs out.
-        if self.state.fetch_add(1, Ordering::Acquire) & DESTROYED != 0 {
-            self.state.fetch_sub(1, Ordering::Release);
+        if !try_enter(&self.state) {
             return Err(Error::new(
                 ErrorKind::Unavail,
                 format!("comm {} rank {} has been destroyed", self.name, self.rank),
             ));
         }
         Ok(BusyGuard(self))
+    }
+
+    /// The word that counts the threads inside and marks the communicator destroyed.
+    pub(crate) fn state(&self) -> &Arc<AtomicU64> {
+        &self.state
     }
 
     /// Marks the communicator destroyed, unless another thread is inside it.
@@ -865,9 +886,11 @@ impl Communicator {
     /// Without a ticket the call keeps the issue order all the same: it runs under the lock
     /// and only while no ticket is outstanding, so whatever was issued before it has finished
     /// and whatever is issued while it runs waits for the lock. Every check of the ordinary
-    /// way stays (destroyed, broken links, the tag every message carries), and the call is
-    /// counted in the statistics alike.
-    pub fn run_repeat(&self, args: &OpArgs) -> Option<Result<()>> {
+    /// way stays (broken links, the tag every message carries), and the call is counted in the
+    /// statistics alike. The caller's pin counts it inside the communicator, which therefore
+    /// cannot be destroyed meanwhile.
+    pub fn run_repeat(&self, args: &OpArgs, pin: &Pinned) -> Option<Result<()>> {
+        debug_assert!(std::ptr::eq(&***pin, self), "pinned another communicator");
         if args.compress.is_some() {
             return None;
         }
@@ -875,10 +898,6 @@ impl Communicator {
         if !self.order.idle() {
             return None;
         }
-        let _busy = match self.enter() {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
         let r = self.run_small_repeat(&mut inner, args)?;
         let (ok, traffic) = match &r {
             Ok(t) => (true, *t),

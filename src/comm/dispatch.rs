@@ -22,14 +22,16 @@ use super::communicator::{Communicator, OpArgs};
 use super::group;
 use super::host_runtime::{self, HostRuntime};
 use super::order::Order;
+use super::registry::Pinned;
 use crate::base::error::{Error, ErrorKind, Result};
 
 /// ACL status codes that mean the stream handle itself was bad.
 const ACL_ERROR_INVALID_PARAM: i32 = 100_000;
 const ACL_ERROR_INVALID_RESOURCE_HANDLE: i32 = 200_005;
 
-/// Dispatches `args` on `comm`; `stream` is the caller's `aclrtStream` (any value, NULL allowed).
-pub fn dispatch(comm: &Arc<Communicator>, args: OpArgs, stream: usize) -> Result<()> {
+/// Dispatches `args` on `comm`, pinned by the calling entry point; `stream` is the caller's
+/// `aclrtStream` (any value, NULL allowed).
+pub fn dispatch(comm: &Pinned, args: OpArgs, stream: usize) -> Result<()> {
     if group::active() || stream != 0 {
         return dispatch_reusing(comm, args, stream, drop);
     }
@@ -43,7 +45,7 @@ pub fn dispatch(comm: &Arc<Communicator>, args: OpArgs, stream: usize) -> Result
 /// allocated for the next call instead of allocating again. `comm` is cloned only for an
 /// operation that outlives the call (grouped or queued).
 pub fn dispatch_reusing(
-    comm: &Arc<Communicator>,
+    comm: &Pinned,
     args: OpArgs,
     stream: usize,
     reuse: impl FnOnce(OpArgs),
@@ -63,10 +65,10 @@ pub fn dispatch_reusing(
 }
 
 /// Runs `args` on the calling thread once its turn in the issue order has come.
-fn run_now(comm: &Communicator, args: &OpArgs) -> Result<()> {
+fn run_now(comm: &Pinned, args: &OpArgs) -> Result<()> {
     // A repeat of the previous small call, uncontended, needs no ticket (see
     // `Communicator::run_repeat`).
-    if let Some(r) = comm.run_repeat(args) {
+    if let Some(r) = comm.run_repeat(args, comm) {
         return r;
     }
     let order = comm.order();

@@ -3,12 +3,14 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 
-use super::communicator::Communicator;
+use super::communicator::{leave, try_enter, Communicator};
 use crate::base::error::{Error, ErrorKind, Result};
 
 fn table() -> &'static RwLock<HashMap<usize, Arc<Communicator>>> {
@@ -26,31 +28,90 @@ pub fn insert(c: Communicator) -> usize {
     h
 }
 
-/// Bumped by every removal: a thread's cached lookup is trusted only while it is unchanged, so a
-/// destroyed handle is refused at once, exactly as without the cache.
-static REMOVALS: AtomicU64 = AtomicU64::new(0);
-
 /// The communicator behind `handle`.
-///
-/// Back-to-back calls on one communicator (the small-message hot path) skip the table's lock
-/// and hash: each thread remembers its last lookup, weakly, so the cache never keeps a
-/// destroyed communicator alive.
 pub fn get(handle: usize) -> Result<Arc<Communicator>> {
-    type Entry = (usize, u64, Weak<Communicator>);
-    thread_local! {
-        static LAST: RefCell<Option<Entry>> = const { RefCell::new(None) };
+    get_locked(handle)
+}
+
+/// A communicator held for one call: counted inside it (so it cannot be destroyed meanwhile,
+/// see [`Communicator::mark_destroyed`]) and alive while counted (the table keeps it until it is
+/// destroyed). Dereferences to an `Arc` that an operation outliving the call (grouped or queued)
+/// clones.
+pub struct Pinned {
+    /// Borrows the table's reference: never dropped.
+    comm: ManuallyDrop<Arc<Communicator>>,
+}
+
+impl Deref for Pinned {
+    type Target = Arc<Communicator>;
+
+    fn deref(&self) -> &Arc<Communicator> {
+        &self.comm
     }
-    let gen = REMOVALS.load(Ordering::Acquire);
+}
+
+impl AsRef<Communicator> for Pinned {
+    fn as_ref(&self) -> &Communicator {
+        &self.comm
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // The last use: counted out, the communicator may be destroyed and freed at once.
+        leave(self.comm.state());
+    }
+}
+
+/// What a thread remembers of its last pin: the handle, its communicator (dereferenced only
+/// while pinned) and that communicator's state word (kept alive by this entry, so that it can be
+/// read after the communicator is gone).
+struct Cached {
+    handle: usize,
+    comm: *const Communicator,
+    state: Arc<AtomicU64>,
+}
+
+/// Pins the communicator behind `handle` for one call (see [`Pinned`]).
+///
+/// Back-to-back calls on one communicator (the small-message hot path) take neither the table's
+/// lock nor a reference: each thread remembers its last pin, and a repeat costs one atomic
+/// increment (and one decrement when it ends) on the communicator's state word. A destroyed
+/// communicator keeps its mark in that word for good, so a stale handle is refused at once; a
+/// handle is never reused.
+pub fn pin(handle: usize) -> Result<Pinned> {
+    thread_local! {
+        static LAST: RefCell<Option<Cached>> = const { RefCell::new(None) };
+    }
     let hit = LAST.with_borrow(|l| match l {
-        Some((h, g, w)) if *h == handle && *g == gen => w.upgrade(),
+        Some(c) if c.handle == handle && try_enter(&c.state) => Some(c.comm),
         _ => None,
     });
-    if let Some(c) = hit {
-        return Ok(c);
+    if let Some(p) = hit {
+        // SAFETY: `p` is `Arc::as_ptr` of the table's reference (the pointer `Arc::into_raw`
+        // would give), and counted inside, the communicator stays in the table, so that
+        // reference outlives the `Pinned`, which never drops its copy.
+        let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
+        return Ok(Pinned { comm });
     }
     let c = get_locked(handle)?;
-    LAST.set(Some((handle, gen, Arc::downgrade(&c))));
-    Ok(c)
+    if !try_enter(c.state()) {
+        return Err(Error::new(
+            ErrorKind::Para,
+            format!("{handle:#x} is not a live communicator handle (destroyed)"),
+        ));
+    }
+    let p = Arc::as_ptr(&c);
+    LAST.set(Some(Cached {
+        handle,
+        comm: p,
+        state: Arc::clone(c.state()),
+    }));
+    // Our reference goes; the table's stays while the communicator is pinned.
+    drop(c);
+    // SAFETY: as above.
+    let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
+    Ok(Pinned { comm })
 }
 
 fn get_locked(handle: usize) -> Result<Arc<Communicator>> {
@@ -74,9 +135,6 @@ pub fn remove(handle: usize) -> Result<Arc<Communicator>> {
     })?;
     c.mark_destroyed()?;
     t.remove(&handle);
-    // Under the write lock: a lookup that read the old count either finished before the removal
-    // or reads the table after it.
-    REMOVALS.fetch_add(1, Ordering::Release);
     Ok(c)
 }
 

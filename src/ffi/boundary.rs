@@ -3,7 +3,9 @@
 //!
 //! - its name, taken from the enclosing function (so it is written once, in the signature);
 //! - the communicator check: with `comm(handle => c)` the handle is looked up before anything
-//!   else (NULL → `HCCL_E_PTR`, unknown or destroyed → `HCCL_E_PARA`) and the body gets `c`;
+//!   else (NULL → `HCCL_E_PTR`, unknown or destroyed → `HCCL_E_PARA`) and the body gets `c`,
+//!   pinned: counted inside the communicator for the call, so that no destroy frees it
+//!   meanwhile (`unpinned(handle => c)`, for the destroy itself, only references it);
 //! - the `HCCL_ENTRY_LOG_ENABLE` line, naming the API, its communicator and every argument;
 //! - the panic boundary (a panic becomes `HCCL_E_INTERNAL`; no unwind ever reaches C);
 //! - the result mapping (`ErrorKind` → `HcclResult`, both from the one result-code table) and
@@ -14,7 +16,7 @@
 
 use std::fmt::{self, Write as _};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use super::types::{HcclComm, HcclResult};
 use crate::base::env::EnvConfig;
@@ -36,6 +38,20 @@ macro_rules! entry {
         $crate::ffi::boundary::enter_comm(
             $crate::ffi::boundary::api_name!(),
             $handle,
+            $crate::ffi::validate::comm,
+            |_out: &mut ::std::string::String| {
+                $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
+            },
+            |$c: &$crate::comm::registry::Pinned| -> $crate::base::error::Result<()> {
+                $body
+            },
+        )
+    };
+    (unpinned($handle:ident => $c:ident) $(, $arg:ident)* ; $body:block) => {
+        $crate::ffi::boundary::enter_comm(
+            $crate::ffi::boundary::api_name!(),
+            $handle,
+            $crate::ffi::validate::comm_unpinned,
             |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
@@ -175,28 +191,29 @@ pub fn enter(
     guarded(api, &Context::None, body)
 }
 
-/// Implementation of `entry!` with `comm(handle => c)`.
-pub fn enter_comm(
+/// Implementation of `entry!` with `comm(handle => c)` (`lookup` pins the communicator) and
+/// `unpinned(handle => c)` (`lookup` only references it, so that the body may destroy it:
+/// `HcclCommDestroy`, which is refused while any thread is inside).
+pub fn enter_comm<C: AsRef<Communicator>>(
     api: &'static str,
     handle: HcclComm,
+    lookup: fn(HcclComm) -> Result<C>,
     args: impl FnOnce(&mut String),
-    body: impl FnOnce(&Arc<Communicator>) -> Result<()>,
+    body: impl FnOnce(&C) -> Result<()>,
 ) -> HcclResult {
     crate::base::logging::init_from_env();
-    // The lookup may take a lock and clones an Arc: inside the boundary like everything else.
-    // The body borrows that one Arc, which also keeps the communicator alive for the lines
-    // written after it (a destroy inside the body included); what outlives the call (a
-    // grouped or queued operation) clones it.
-    let found =
-        catch_unwind(AssertUnwindSafe(|| super::validate::comm(handle))).unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Internal,
-                "communicator lookup panicked",
-            ))
-        });
+    // The lookup may take a lock: inside the boundary like everything else. What it returns
+    // keeps the communicator alive for the body and the lines written after it; what outlives
+    // the call (a grouped or queued operation) clones its `Arc`.
+    let found = catch_unwind(AssertUnwindSafe(|| lookup(handle))).unwrap_or_else(|_| {
+        Err(Error::new(
+            ErrorKind::Internal,
+            "communicator lookup panicked",
+        ))
+    });
     match found {
         Ok(c) => {
-            let context = Context::Comm(&c);
+            let context = Context::Comm(c.as_ref());
             log_entry(api, &context, args);
             guarded(api, &context, || body(&c))
         }
@@ -285,6 +302,7 @@ mod tests {
         let r = enter_comm(
             "test_api",
             null,
+            crate::ffi::validate::comm,
             |_| {},
             |_| {
                 ran.set(true);
@@ -296,6 +314,7 @@ mod tests {
         let r = enter_comm(
             "test_api",
             forged,
+            crate::ffi::validate::comm,
             |_| {},
             |_| {
                 ran.set(true);

@@ -24,6 +24,7 @@ use crate::base::dtype::DataType;
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::limits::MAX_BATCH_ITEMS;
 use crate::comm::dispatch::{dispatch, dispatch_reusing};
+use crate::comm::registry::Pinned;
 use crate::comm::{Communicator, OpArgs};
 
 /// Reduces `count` elements of every rank's `sendBuf` into every rank's `recvBuf`.
@@ -498,7 +499,7 @@ pub unsafe extern "C" fn HcclAlltoAllVC(
 /// One send or receive of `count` elements with `peer`.
 fn p2p(
     name: &'static str,
-    c: &std::sync::Arc<Communicator>,
+    c: &Pinned,
     send: bool,
     (buf, count, dataType, peer): (*mut c_void, u64, HcclDataTypeRaw, u32),
     stream: aclrtStream,

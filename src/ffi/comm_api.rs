@@ -268,7 +268,8 @@ pub unsafe extern "C" fn HcclCommInitAll(
 /// Destroys a communicator handle and frees everything it holds.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> HcclResult {
-    entry!(comm(comm => _c); {
+    // Not pinned like the other entry points: a destroy waits for no thread to be inside.
+    entry!(unpinned(comm => _c); {
         let c = registry::remove(comm as usize)?;
         log::info!("comm {} rank {} destroyed", c.name(), c.rank());
         Ok(())

@@ -8,7 +8,7 @@ use super::types::{HcclComm, HcclDataTypeRaw, HcclReduceOpRaw};
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::error::{Error, ErrorKind, Result};
 use crate::base::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
-use crate::comm::registry;
+use crate::comm::registry::{self, Pinned};
 use crate::comm::Communicator;
 
 /// A non-null pointer, or `HCCL_E_PTR` naming the argument.
@@ -30,7 +30,15 @@ pub fn non_null_mut<T>(p: *mut T, what: &str) -> Result<*mut T> {
 }
 
 /// The communicator behind a handle.
-pub fn comm(h: HcclComm) -> Result<Arc<Communicator>> {
+pub fn comm(h: HcclComm) -> Result<Pinned> {
+    if h.is_null() {
+        return Err(Error::new(ErrorKind::Ptr, "comm is NULL"));
+    }
+    registry::pin(h as usize)
+}
+
+/// The communicator behind a handle, referenced but not pinned (see [`registry::get`]).
+pub fn comm_unpinned(h: HcclComm) -> Result<Arc<Communicator>> {
     if h.is_null() {
         return Err(Error::new(ErrorKind::Ptr, "comm is NULL"));
     }

@@ -471,9 +471,12 @@ fn unknown_and_destroyed_handles() {
         );
         let ri = root_info();
         let c = init_rank(1, &ri, 0);
+        // Used once first, so that this thread's lookup cache holds the handle when it dies.
+        let mut v = 0;
+        assert_eq!(HcclGetRankSize(c, &mut v), HCCL_SUCCESS);
+        assert_eq!(v, 1);
         assert_eq!(HcclCommDestroy(c), HCCL_SUCCESS);
         assert_eq!(HcclCommDestroy(c), HCCL_E_PARA, "double destroy");
-        let mut v = 0;
         assert_eq!(HcclGetRankSize(c, &mut v), HCCL_E_PARA, "use after destroy");
         assert_eq!(
             HcclAllReduce(

@@ -369,14 +369,18 @@ pub unsafe extern "C" fn HcclAlltoAll(
         }
         let n = c.size() as usize;
         // The whole buffer must be within bounds before per-block offsets are computed.
-        v::bytes(v::mul(sendCount, n as u64)?, dt)?;
+        let total = v::bytes(v::mul(sendCount, n as u64)?, dt)?;
         let cnt = v::count(sendCount)?;
-        let [mut sc, mut sd, mut rc, mut rd] = spare_alltoall();
-        for (counts, displs) in [(&mut sc, &mut sd), (&mut rc, &mut rd)] {
-            counts.extend(std::iter::repeat_n(cnt, n));
-            displs.extend((0..n).map(|i| i * cnt));
-        }
-        let args = alltoall_args(op_name!(), dt, (sendBuf, sc, sd), (recvBuf, rc, rd))?;
+        let args = OpArgs {
+            name: op_name!(),
+            send: v::buffer(sendBuf, total, "sendBuf")?,
+            recv: v::buffer(recvBuf, total, "recvBuf")?,
+            coll: uniform_alltoall(n, cnt),
+            dtype: dt,
+            op: None,
+            ext: Vec::new(),
+            compress: None,
+        };
         dispatch_reusing(c, args, stream as usize, |a| {
             SPARE_ALLTOALL.set(Some(a.coll));
         })
@@ -384,33 +388,43 @@ pub unsafe extern "C" fn HcclAlltoAll(
 }
 
 thread_local! {
-    /// The previous `HcclAlltoAll`'s operation on this thread: the next call refills its four
-    /// count and displacement vectors instead of allocating them (a small AlltoAll would
-    /// otherwise spend about a quarter of its instructions on the allocator).
+    /// The previous `HcclAlltoAll`'s operation on this thread: the next call reuses its four
+    /// count and displacement vectors, as they are when its shape is the same and refilled
+    /// otherwise, instead of allocating them (a small AlltoAll would otherwise spend about a
+    /// quarter of its instructions on the allocator).
     static SPARE_ALLTOALL: std::cell::Cell<Option<Coll>> = const { std::cell::Cell::new(None) };
 }
 
-/// Four empty vectors for an AlltoAll's counts and displacements, those of the previous call
-/// when there is one.
-fn spare_alltoall() -> [Vec<usize>; 4] {
-    match SPARE_ALLTOALL.take() {
+/// The operation of an AlltoAll of `cnt` elements per block among `n` ranks, blocks packed in
+/// rank order: the previous call's when it had that shape.
+fn uniform_alltoall(n: usize, cnt: usize) -> Coll {
+    let mut v = match SPARE_ALLTOALL.take() {
         Some(Coll::AlltoAllV {
-            mut send_counts,
-            mut send_displs,
-            mut recv_counts,
-            mut recv_displs,
-        }) => {
-            for v in [
-                &mut send_counts,
-                &mut send_displs,
-                &mut recv_counts,
-                &mut recv_displs,
-            ] {
-                v.clear();
-            }
-            [send_counts, send_displs, recv_counts, recv_displs]
-        }
+            send_counts,
+            send_displs,
+            recv_counts,
+            recv_displs,
+        }) => [send_counts, send_displs, recv_counts, recv_displs],
         _ => Default::default(),
+    };
+    // Only `HcclAlltoAll` leaves its operation here, so the block count and the first count
+    // tell the whole shape.
+    if !(v[0].len() == n && v[0].first() == Some(&cnt) && v.iter().all(|x| x.len() == n)) {
+        for (k, x) in v.iter_mut().enumerate() {
+            x.clear();
+            if k % 2 == 0 {
+                x.extend(std::iter::repeat_n(cnt, n));
+            } else {
+                x.extend((0..n).map(|i| i * cnt));
+            }
+        }
+    }
+    let [send_counts, send_displs, recv_counts, recv_displs] = v;
+    Coll::AlltoAllV {
+        send_counts,
+        send_displs,
+        recv_counts,
+        recv_displs,
     }
 }
 
@@ -655,4 +669,39 @@ pub unsafe extern "C" fn HcclBarrier(comm: HcclComm, stream: aclrtStream) -> Hcc
         };
         dispatch(c, args, stream as usize)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an AlltoAll of `cnt` elements per block among `n` ranks must describe.
+    fn packed(n: usize, cnt: usize) -> Coll {
+        let counts = vec![cnt; n];
+        let displs: Vec<usize> = (0..n).map(|i| i * cnt).collect();
+        Coll::AlltoAllV {
+            send_counts: counts.clone(),
+            send_displs: displs.clone(),
+            recv_counts: counts,
+            recv_displs: displs,
+        }
+    }
+
+    #[test]
+    fn a_reused_alltoall_shape_is_refilled_when_it_changes() {
+        for (n, cnt) in [
+            (2, 3),
+            (2, 3),
+            (3, 3),
+            (3, 4),
+            (3, 0),
+            (1, 5),
+            (4, 1),
+            (2, 3),
+        ] {
+            let c = uniform_alltoall(n, cnt);
+            assert_eq!(c, packed(n, cnt), "{n} ranks, {cnt} per block");
+            SPARE_ALLTOALL.set(Some(c));
+        }
+    }
 }

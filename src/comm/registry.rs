@@ -28,9 +28,20 @@ pub fn insert(c: Communicator) -> usize {
     h
 }
 
-/// The communicator behind `handle`.
+/// The communicator behind `handle`, referenced (not pinned: see [`pin`]).
 pub fn get(handle: usize) -> Result<Arc<Communicator>> {
-    get_locked(handle)
+    table()
+        .read()
+        .get(&handle)
+        .cloned()
+        .ok_or_else(|| not_live(handle))
+}
+
+fn not_live(handle: usize) -> Error {
+    Error::new(
+        ErrorKind::Para,
+        format!("{handle:#x} is not a live communicator handle"),
+    )
 }
 
 /// A communicator held for one call: counted inside it (so it cannot be destroyed meanwhile,
@@ -94,7 +105,7 @@ pub fn pin(handle: usize) -> Result<Pinned> {
         let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
         return Ok(Pinned { comm });
     }
-    let c = get_locked(handle)?;
+    let c = get(handle)?;
     if !try_enter(c.state()) {
         return Err(Error::new(
             ErrorKind::Para,
@@ -114,25 +125,11 @@ pub fn pin(handle: usize) -> Result<Pinned> {
     Ok(Pinned { comm })
 }
 
-fn get_locked(handle: usize) -> Result<Arc<Communicator>> {
-    table().read().get(&handle).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorKind::Para,
-            format!("{handle:#x} is not a live communicator handle"),
-        )
-    })
-}
-
 /// Unregisters `handle` after marking its communicator destroyed; fails (leaving it registered)
 /// while another thread is inside an operation on it.
 pub fn remove(handle: usize) -> Result<Arc<Communicator>> {
     let mut t = table().write();
-    let c = t.get(&handle).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorKind::Para,
-            format!("{handle:#x} is not a live communicator handle"),
-        )
-    })?;
+    let c = t.get(&handle).cloned().ok_or_else(|| not_live(handle))?;
     c.mark_destroyed()?;
     t.remove(&handle);
     Ok(c)

@@ -1611,7 +1611,8 @@ fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
 
 /// `a == b`, with the shapes that carry no lists compared inline: every call compares its
 /// shape with the previous call's, and the derived comparison is a call over every variant.
-#[inline]
+/// Forced inline so that a repeat of a list-free shape costs a few compares, not a call.
+#[inline(always)]
 fn same_coll(a: &Coll, b: &Coll) -> bool {
     match (a, b) {
         (Coll::AllReduce { count: x }, Coll::AllReduce { count: y })
@@ -1623,6 +1624,14 @@ fn same_coll(a: &Coll, b: &Coll) -> bool {
             x == y && r == q
         }
         (Coll::Barrier, Coll::Barrier) => true,
+        _ => same_coll_lists(a, b),
+    }
+}
+
+/// [`same_coll`] for the shapes that carry lists (and any pair of different kinds).
+#[inline(never)]
+fn same_coll_lists(a: &Coll, b: &Coll) -> bool {
+    match (a, b) {
         (
             Coll::AlltoAllV {
                 send_counts: sc,

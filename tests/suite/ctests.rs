@@ -160,3 +160,98 @@ fn cxx_program_with_config_init() {
     let out = run(&mut Command::new(exe));
     assert!(out.contains("config_init: ok"), "{out}");
 }
+
+/// `bench/lib_ab.c` on two copies of this build's `libhccl.so` and on MPI, 2 processes: rows
+/// for the three contenders with checked results, each operation's own check passing, and an
+/// injected fault reported as `failed` with exit status 1.
+#[test]
+fn lib_ab_times_builds_side_by_side_in_one_launch() {
+    let have = |p: &str| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !(have("mpirun") && have("mpicc")) {
+        crate::common::skip::skip_unless_ci(
+            "mpirun or mpicc not found (scripts/setup.sh installs Open MPI)",
+        );
+        return;
+    }
+    let dir = out_dir().join("lib_ab");
+    let st = Command::new(root().join("bench/build.sh"))
+        .arg(&dir)
+        .arg("lib_ab")
+        .env("BENCH_WERROR", "1")
+        .status()
+        .expect("run bench/build.sh");
+    assert!(st.success(), "bench/build.sh lib_ab failed");
+    let libs: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let p = dir.join(format!("libhccl_{n}.so"));
+            std::fs::copy(lib_dir().join("libhccl.so"), &p).expect("copy libhccl.so");
+            p
+        })
+        .collect();
+    let launch = |op: &str, fault: bool| {
+        let mut c = Command::new("timeout");
+        c.args([
+            "120",
+            "mpirun",
+            "--oversubscribe",
+            "--allow-run-as-root",
+            "-n",
+            "2",
+        ])
+        .arg(dir.join("lib_ab"))
+        .args([
+            "-o", op, "-b", "64", "-n", "50", "-R", "3", "-w", "5", "-r", "1",
+        ])
+        .args(&libs)
+        .arg("mpi")
+        .env("HCCL_CONNECT_TIMEOUT", "30")
+        .env("HCCL_EXEC_TIMEOUT", "60");
+        if fault {
+            c.env("HCCL_TEST_FAULT_INJECT", "corrupt");
+        } else {
+            c.env_remove("HCCL_TEST_FAULT_INJECT");
+        }
+        let o = c.output().expect("run mpirun");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        // Rows: contender, min, median, mean, median over the first, check.
+        let rows: Vec<Vec<String>> = out
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("contender"))
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        (o.status.code(), rows, format!("{out}\n{err}"))
+    };
+    for op in ["broadcast", "reduce", "reduce_scatter", "alltoall"] {
+        let (code, rows, text) = launch(op, false);
+        assert_eq!(code, Some(0), "{op}: {text}");
+        let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        let want: Vec<String> = libs.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            names,
+            [want[0].as_str(), want[1].as_str(), "mpi"],
+            "{op}: {text}"
+        );
+        for r in &rows {
+            assert_eq!(r.len(), 6, "{op}: {text}");
+            let t: Vec<f64> = r[1..5].iter().map(|x| x.parse().expect(x)).collect();
+            assert!(
+                t[0] > 0.0 && t[0] <= t[1] && t[1] > 0.0 && t[2] > 0.0,
+                "{op}: {text}"
+            );
+            assert_eq!(r[5], "success", "{op}: {text}");
+        }
+        assert_eq!(rows[0][4], "1.000", "{op}: {text}");
+    }
+    let (code, rows, text) = launch("all_reduce", true);
+    assert_eq!(code, Some(1), "{text}");
+    let checks: Vec<&str> = rows.iter().map(|r| r[5].as_str()).collect();
+    assert_eq!(checks, ["failed", "success", "success"], "{text}");
+    assert!(text.contains("expected"), "{text}");
+}

@@ -22,6 +22,7 @@ use super::segment;
 use super::stats::{CommStats, StatCells, Traffic};
 use crate::algo::cost::CostModel;
 use crate::algo::{self, Algo, Coll, Ctx};
+use crate::base::biased_mutex::BiasedMutex;
 use crate::base::dtype::{DataType, ReduceOp};
 use crate::base::env::{Deterministic, EnvConfig};
 use crate::base::error::{Error, ErrorKind, Result};
@@ -148,7 +149,8 @@ pub struct Communicator {
     /// Which ranks share a host, as the algorithms see it.
     topo: algo::Topo,
     creator: ThreadId,
-    inner: Mutex<Inner>,
+    /// Biased towards the thread that repeats small calls (see [`Self::run_repeat`]).
+    inner: BiasedMutex<Inner>,
     /// Threads inside, and [`DESTROYED`]: one word, so entering costs no lock. Shared with the
     /// handle registry's per-thread cache, which reads it before it touches the communicator
     /// (see [`super::registry::pin`]).
@@ -185,6 +187,12 @@ pub(crate) fn try_enter(state: &AtomicU64) -> bool {
 /// Counts the calling thread out again after a [`try_enter`] that answered true.
 pub(crate) fn leave(state: &AtomicU64) {
     state.fetch_sub(1, Ordering::Release);
+}
+
+/// Whether `state` marks its communicator destroyed (for a thread that announced itself
+/// elsewhere first, see [`super::registry::pin`]).
+pub(crate) fn destroyed(state: &AtomicU64) -> bool {
+    state.load(Ordering::Relaxed) & DESTROYED != 0
 }
 
 fn deadline(cfg: &CommConfig) -> Instant {
@@ -680,7 +688,7 @@ impl Communicator {
             processes,
             topo,
             creator: std::thread::current().id(),
-            inner: Mutex::new(Inner {
+            inner: BiasedMutex::new(Inner {
                 ep,
                 model,
                 scratch: Vec::new(),
@@ -764,15 +772,26 @@ impl Communicator {
                 (!busy(v)).then_some(v | DESTROYED)
             });
         if r.is_err() {
-            return Err(Error::new(
-                ErrorKind::Unavail,
-                format!(
-                    "comm {} rank {}: cannot destroy while another thread is inside an operation on it",
-                    self.name, self.rank
-                ),
-            ));
+            return Err(self.busy_error());
         }
         Ok(())
+    }
+
+    /// Takes back [`Self::mark_destroyed`] when a thread turned out to be inside after all
+    /// (one that announced itself without counting in, see [`super::registry::pin`]).
+    pub(crate) fn unmark_destroyed(&self) -> Error {
+        self.state.fetch_and(!DESTROYED, Ordering::AcqRel);
+        self.busy_error()
+    }
+
+    fn busy_error(&self) -> Error {
+        Error::new(
+            ErrorKind::Unavail,
+            format!(
+                "comm {} rank {}: cannot destroy while another thread is inside an operation on it",
+                self.name, self.rank
+            ),
+        )
     }
 
     /// The first error of an operation that failed on this communicator, if any.
@@ -894,7 +913,7 @@ impl Communicator {
         if args.compress.is_some() {
             return None;
         }
-        let mut inner = self.inner.try_lock()?;
+        let mut inner = self.inner.try_lock_biased()?;
         if !self.order.idle() {
             return None;
         }

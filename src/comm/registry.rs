@@ -8,10 +8,11 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
-use super::communicator::{leave, try_enter, Communicator};
+use super::communicator::{destroyed, leave, try_enter, Communicator};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence;
 
 fn table() -> &'static RwLock<HashMap<usize, Arc<Communicator>>> {
     static T: OnceLock<RwLock<HashMap<usize, Arc<Communicator>>>> = OnceLock::new();
@@ -44,13 +45,17 @@ fn not_live(handle: usize) -> Error {
     )
 }
 
-/// A communicator held for one call: counted inside it (so it cannot be destroyed meanwhile,
-/// see [`Communicator::mark_destroyed`]) and alive while counted (the table keeps it until it is
-/// destroyed). Dereferences to an `Arc` that an operation outliving the call (grouped or queued)
-/// clones.
+/// A communicator held for one call: known to be inside it (so it cannot be destroyed
+/// meanwhile, see [`remove`]) and alive while inside (the table keeps it until it is
+/// destroyed). Dereferences to an `Arc` that an operation outliving the call (grouped or
+/// queued) clones. Dropped on the thread that pinned it (it is not `Send`): a pin announced in
+/// that thread's slot is withdrawn there.
 pub struct Pinned {
     /// Borrows the table's reference: never dropped.
     comm: ManuallyDrop<Arc<Communicator>>,
+    /// The pinning thread's slot when the pin is announced there, else null (counted in the
+    /// communicator's state word).
+    slot: *const AtomicUsize,
 }
 
 impl Deref for Pinned {
@@ -69,8 +74,14 @@ impl AsRef<Communicator> for Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        // The last use: counted out, the communicator may be destroyed and freed at once.
-        leave(self.comm.state());
+        // The last use: once out, the communicator may be destroyed and freed at once.
+        if self.slot.is_null() {
+            leave(self.comm.state());
+        } else {
+            // SAFETY: the slot belongs to this thread (`Pinned` is not `Send`), which keeps it
+            // for as long as it lives.
+            unsafe { (*self.slot).store(0, Ordering::Release) };
+        }
     }
 }
 
@@ -83,27 +94,75 @@ struct Cached {
     state: Arc<AtomicU64>,
 }
 
+/// A thread's pinning state: its last pin, and its slot, where it announces the state word of
+/// the communicator it is inside (0: none). The slot is listed in [`slots`] for as long as the
+/// thread lives.
+struct ThreadPins {
+    last: Option<Cached>,
+    slot: Arc<AtomicUsize>,
+}
+
+impl ThreadPins {
+    fn new() -> ThreadPins {
+        let slot = Arc::new(AtomicUsize::new(0));
+        slots().lock().push(Arc::clone(&slot));
+        ThreadPins { last: None, slot }
+    }
+}
+
+impl Drop for ThreadPins {
+    fn drop(&mut self) {
+        slots().lock().retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+/// Every thread's pin slot (see [`ThreadPins`]).
+fn slots() -> &'static Mutex<Vec<Arc<AtomicUsize>>> {
+    static S: OnceLock<Mutex<Vec<Arc<AtomicUsize>>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+thread_local! {
+    static PINS: RefCell<Option<ThreadPins>> = const { RefCell::new(None) };
+}
+
 /// Pins the communicator behind `handle` for one call (see [`Pinned`]).
 ///
 /// Back-to-back calls on one communicator (the small-message hot path) take neither the table's
-/// lock nor a reference: each thread remembers its last pin, and a repeat costs one atomic
-/// increment (and one decrement when it ends) on the communicator's state word. A destroyed
-/// communicator keeps its mark in that word for good, so a stale handle is refused at once; a
-/// handle is never reused.
+/// lock nor a reference, and no atomic read-modify-write: each thread remembers its last pin,
+/// and a repeat stores the communicator's state word in the thread's slot, then reads that
+/// word. A destroy marks the word first, then reads every slot, the two sides paired by an
+/// asymmetric fence ([`fence::light`] here, [`fence::heavy`] there): either this thread sees
+/// the mark and backs out, or the destroy sees the slot and is refused. A thread already
+/// inside a communicator (a nested pin), or one whose cache misses, counts itself in the state
+/// word instead. A destroyed communicator keeps its mark for good, so a stale handle is
+/// refused at once; a handle is never reused.
 pub fn pin(handle: usize) -> Result<Pinned> {
-    thread_local! {
-        static LAST: RefCell<Option<Cached>> = const { RefCell::new(None) };
-    }
-    let hit = LAST.with_borrow(|l| match l {
-        Some(c) if c.handle == handle && try_enter(&c.state) => Some(c.comm),
-        _ => None,
-    });
-    if let Some(p) = hit {
+    let announced = PINS
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            let t = p.get_or_insert_with(ThreadPins::new);
+            let c = t.last.as_ref().filter(|c| c.handle == handle)?;
+            if t.slot.load(Ordering::Relaxed) != 0 {
+                return None;
+            }
+            t.slot
+                .store(Arc::as_ptr(&c.state) as usize, Ordering::Relaxed);
+            fence::light();
+            if destroyed(&c.state) {
+                t.slot.store(0, Ordering::Relaxed);
+                return None;
+            }
+            Some((c.comm, Arc::as_ptr(&t.slot)))
+        })
+        .ok()
+        .flatten();
+    if let Some((p, slot)) = announced {
         // SAFETY: `p` is `Arc::as_ptr` of the table's reference (the pointer `Arc::into_raw`
-        // would give), and counted inside, the communicator stays in the table, so that
+        // would give), and announced inside, the communicator stays in the table, so that
         // reference outlives the `Pinned`, which never drops its copy.
         let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
-        return Ok(Pinned { comm });
+        return Ok(Pinned { comm, slot });
     }
     let c = get(handle)?;
     if !try_enter(c.state()) {
@@ -113,16 +172,32 @@ pub fn pin(handle: usize) -> Result<Pinned> {
         ));
     }
     let p = Arc::as_ptr(&c);
-    LAST.set(Some(Cached {
-        handle,
-        comm: p,
-        state: Arc::clone(c.state()),
-    }));
+    let _ = PINS.try_with(|t| {
+        if let Ok(mut t) = t.try_borrow_mut() {
+            t.get_or_insert_with(ThreadPins::new).last = Some(Cached {
+                handle,
+                comm: p,
+                state: Arc::clone(c.state()),
+            });
+        }
+    });
     // Our reference goes; the table's stays while the communicator is pinned.
     drop(c);
     // SAFETY: as above.
     let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
-    Ok(Pinned { comm })
+    Ok(Pinned {
+        comm,
+        slot: std::ptr::null(),
+    })
+}
+
+/// Whether some thread announced itself inside the communicator with state word `state`.
+fn announced_inside(state: &Arc<AtomicU64>) -> bool {
+    let word = Arc::as_ptr(state) as usize;
+    slots()
+        .lock()
+        .iter()
+        .any(|s| s.load(Ordering::Acquire) == word)
 }
 
 /// Unregisters `handle` after marking its communicator destroyed; fails (leaving it registered)
@@ -131,6 +206,11 @@ pub fn remove(handle: usize) -> Result<Arc<Communicator>> {
     let mut t = table().write();
     let c = t.get(&handle).cloned().ok_or_else(|| not_live(handle))?;
     c.mark_destroyed()?;
+    // Pairs with the light fence of `pin` (see there); a failed heavy fence vouches for
+    // nothing, so the destroy is refused as if the communicator were busy.
+    if !fence::heavy() || announced_inside(c.state()) {
+        return Err(c.unmark_destroyed());
+    }
     t.remove(&handle);
     Ok(c)
 }

@@ -11,7 +11,7 @@
 //! where the heavy fence is the kernel's expedited barrier ([`fence::expedited`]); elsewhere
 //! this is a plain mutex.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -46,20 +46,15 @@ pub struct BiasedGuard<'a, T> {
     _inner: Option<MutexGuard<'a, ()>>,
 }
 
-/// A key for the calling thread, unique over the life of the process (never 0); 0 during the
-/// thread's teardown, when it can no longer be told apart.
+/// A key for the calling thread, never 0: the address of a thread-local, which no two live
+/// threads share. A thread that starts after the owner ended may get the owner's key; it then
+/// owns the bias, which is sound, since the ended owner is not inside.
+#[inline(always)]
 fn thread_key() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
-        static KEY: Cell<u64> = const { Cell::new(0) };
+        static KEY: u8 = const { 0 };
     }
-    KEY.try_with(|k| {
-        if k.get() == 0 {
-            k.set(NEXT.fetch_add(1, Ordering::Relaxed));
-        }
-        k.get()
-    })
-    .unwrap_or(0)
+    KEY.with(|k| k as *const u8 as u64)
 }
 
 impl<T> BiasedMutex<T> {

@@ -1,7 +1,7 @@
 //! Handles given to C: every live communicator is registered under an opaque id, so a stale or
 //! forged handle is answered with an error instead of being dereferenced.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
@@ -86,44 +86,76 @@ impl Drop for Pinned {
 }
 
 /// What a thread remembers of its last pin: the handle, its communicator (dereferenced only
-/// while pinned) and that communicator's state word (kept alive by this entry, so that it can be
-/// read after the communicator is gone).
-struct Cached {
+/// while pinned) and that communicator's state word, kept alive by [`KEEP`] (so that it can be
+/// read after the communicator is gone). All zero until the first pin, and again once the
+/// thread's [`Keep`] is gone.
+#[derive(Clone, Copy)]
+struct Last {
     handle: usize,
     comm: *const Communicator,
+    state: *const AtomicU64,
+}
+
+const NO_LAST: Last = Last {
+    handle: 0,
+    comm: std::ptr::null(),
+    state: std::ptr::null(),
+};
+
+thread_local! {
+    /// Plain cells without destructors: reading them costs no check of the thread's state.
+    static LAST: Cell<Last> = const { Cell::new(NO_LAST) };
+    /// Where this thread announces the state word of the communicator it is inside (0: none);
+    /// listed in [`slots`] from the thread's first cached pin until its [`Keep`] is dropped.
+    static SLOT: AtomicUsize = const { AtomicUsize::new(0) };
+    static KEEP: RefCell<Option<Keep>> = const { RefCell::new(None) };
+}
+
+/// What backs a thread's [`LAST`] and [`SLOT`]: the last pin's state word, and the slot's
+/// place in [`slots`], both given up when the thread ends.
+struct Keep {
     state: Arc<AtomicU64>,
 }
 
-/// A thread's pinning state: its last pin, and its slot, where it announces the state word of
-/// the communicator it is inside (0: none). The slot is listed in [`slots`] for as long as the
-/// thread lives.
-struct ThreadPins {
-    last: Option<Cached>,
-    slot: Arc<AtomicUsize>,
-}
-
-impl ThreadPins {
-    fn new() -> ThreadPins {
-        let slot = Arc::new(AtomicUsize::new(0));
-        slots().lock().push(Arc::clone(&slot));
-        ThreadPins { last: None, slot }
-    }
-}
-
-impl Drop for ThreadPins {
+impl Drop for Keep {
     fn drop(&mut self) {
-        slots().lock().retain(|s| !Arc::ptr_eq(s, &self.slot));
+        // A pin later in this thread's teardown goes the counted way, its slot unlisted.
+        LAST.set(NO_LAST);
+        let me = SLOT.with(|s| s as *const AtomicUsize as usize);
+        slots().lock().retain(|&s| s != me);
     }
 }
 
-/// Every thread's pin slot (see [`ThreadPins`]).
-fn slots() -> &'static Mutex<Vec<Arc<AtomicUsize>>> {
-    static S: OnceLock<Mutex<Vec<Arc<AtomicUsize>>>> = OnceLock::new();
+/// The addresses of the listed threads' slots (see [`SLOT`]).
+fn slots() -> &'static Mutex<Vec<usize>> {
+    static S: OnceLock<Mutex<Vec<usize>>> = OnceLock::new();
     S.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-thread_local! {
-    static PINS: RefCell<Option<ThreadPins>> = const { RefCell::new(None) };
+/// Remembers `handle`'s communicator `comm` as the thread's last pin, listing its slot on the
+/// first call; nothing once the thread's teardown has begun.
+fn remember(handle: usize, comm: &Arc<Communicator>) {
+    let _ = KEEP.try_with(|k| {
+        let Ok(mut k) = k.try_borrow_mut() else {
+            return;
+        };
+        let state = Arc::clone(comm.state());
+        let at = Arc::as_ptr(&state);
+        match k.as_mut() {
+            // Replaced in place: dropping the `Keep` would unlist the slot.
+            Some(keep) => keep.state = state,
+            None => {
+                let me = SLOT.with(|s| s as *const AtomicUsize as usize);
+                slots().lock().push(me);
+                *k = Some(Keep { state });
+            }
+        }
+        LAST.set(Last {
+            handle,
+            comm: Arc::as_ptr(comm),
+            state: at,
+        });
+    });
 }
 
 /// Pins the communicator behind `handle` for one call (see [`Pinned`]).
@@ -136,33 +168,29 @@ thread_local! {
 /// the mark and backs out, or the destroy sees the slot and is refused. A thread already
 /// inside a communicator (a nested pin), or one whose cache misses, counts itself in the state
 /// word instead. A destroyed communicator keeps its mark for good, so a stale handle is
-/// refused at once; a handle is never reused.
+/// refused at once; a handle is never reused. A destroy that is refused takes its mark back,
+/// and a call that raced it and read the mark meanwhile fails as if the handle were destroyed:
+/// racing a destroy with a call on the same handle is the caller's error either way.
 pub fn pin(handle: usize) -> Result<Pinned> {
-    let announced = PINS
-        .try_with(|p| {
-            let mut p = p.borrow_mut();
-            let t = p.get_or_insert_with(ThreadPins::new);
-            let c = t.last.as_ref().filter(|c| c.handle == handle)?;
-            if t.slot.load(Ordering::Relaxed) != 0 {
-                return None;
-            }
-            t.slot
-                .store(Arc::as_ptr(&c.state) as usize, Ordering::Relaxed);
+    let last = LAST.get();
+    if last.handle == handle && handle != 0 {
+        let slot: *const AtomicUsize = SLOT.with(|s| s as *const AtomicUsize);
+        // SAFETY: this thread's own slot, alive as long as the thread.
+        let s = unsafe { &*slot };
+        // SAFETY: `KEEP` holds the state word while `LAST` names it.
+        let state = unsafe { &*last.state };
+        if s.load(Ordering::Relaxed) == 0 {
+            s.store(last.state as usize, Ordering::Relaxed);
             fence::light();
-            if destroyed(&c.state) {
-                t.slot.store(0, Ordering::Relaxed);
-                return None;
+            if !destroyed(state) {
+                // SAFETY: `comm` is `Arc::as_ptr` of the table's reference (the pointer
+                // `Arc::into_raw` would give), and announced inside, the communicator stays in
+                // the table, so that reference outlives the `Pinned`, which never drops its copy.
+                let comm = ManuallyDrop::new(unsafe { Arc::from_raw(last.comm) });
+                return Ok(Pinned { comm, slot });
             }
-            Some((c.comm, Arc::as_ptr(&t.slot)))
-        })
-        .ok()
-        .flatten();
-    if let Some((p, slot)) = announced {
-        // SAFETY: `p` is `Arc::as_ptr` of the table's reference (the pointer `Arc::into_raw`
-        // would give), and announced inside, the communicator stays in the table, so that
-        // reference outlives the `Pinned`, which never drops its copy.
-        let comm = ManuallyDrop::new(unsafe { Arc::from_raw(p) });
-        return Ok(Pinned { comm, slot });
+            s.store(0, Ordering::Relaxed);
+        }
     }
     let c = get(handle)?;
     if !try_enter(c.state()) {
@@ -171,16 +199,8 @@ pub fn pin(handle: usize) -> Result<Pinned> {
             format!("{handle:#x} is not a live communicator handle (destroyed)"),
         ));
     }
+    remember(handle, &c);
     let p = Arc::as_ptr(&c);
-    let _ = PINS.try_with(|t| {
-        if let Ok(mut t) = t.try_borrow_mut() {
-            t.get_or_insert_with(ThreadPins::new).last = Some(Cached {
-                handle,
-                comm: p,
-                state: Arc::clone(c.state()),
-            });
-        }
-    });
     // Our reference goes; the table's stays while the communicator is pinned.
     drop(c);
     // SAFETY: as above.
@@ -194,10 +214,11 @@ pub fn pin(handle: usize) -> Result<Pinned> {
 /// Whether some thread announced itself inside the communicator with state word `state`.
 fn announced_inside(state: &Arc<AtomicU64>) -> bool {
     let word = Arc::as_ptr(state) as usize;
-    slots()
-        .lock()
-        .iter()
-        .any(|s| s.load(Ordering::Acquire) == word)
+    slots().lock().iter().any(|&s| {
+        // SAFETY: a listed slot is alive: its thread unlists it (under this lock) before its
+        // thread-locals go.
+        unsafe { &*(s as *const AtomicUsize) }.load(Ordering::Acquire) == word
+    })
 }
 
 /// Unregisters `handle` after marking its communicator destroyed; fails (leaving it registered)

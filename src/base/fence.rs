@@ -12,6 +12,8 @@ use std::sync::atomic::{compiler_fence, fence, Ordering};
 use std::sync::OnceLock;
 
 const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
@@ -38,6 +40,35 @@ pub fn expedited() -> bool {
             && cmds & libc::c_long::from(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
             && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
     })
+}
+
+/// Whether this process is registered for the expedited barrier across processes
+/// ([`heavy_shared`]): decided once per process. Pairing across processes is the caller's to
+/// arrange: a process may run [`light_shared`] towards another only when both are registered,
+/// since only then does the other's [`heavy_shared`] reach it.
+pub fn shared_expedited() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let cmds = membarrier(MEMBARRIER_CMD_QUERY);
+        cmds >= 0
+            && cmds & libc::c_long::from(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0
+            && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0
+    })
+}
+
+/// The hot side's fence towards registered processes (see [`shared_expedited`]): a compiler
+/// fence, paired with [`heavy_shared`] in the other process.
+#[inline(always)]
+pub fn light_shared() {
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// The rare side's fence across processes: every running thread of every registered process
+/// passes a full barrier. False when it is not available or the call failed; the caller must
+/// then not count on any [`light_shared`] pairing.
+pub fn heavy_shared() -> bool {
+    fence(Ordering::SeqCst);
+    shared_expedited() && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0
 }
 
 /// The hot side's fence: orders its earlier stores before its later loads with respect to a
@@ -69,9 +100,9 @@ mod tests {
     use std::sync::Arc;
 
     /// Dekker's pattern: two threads each raise a flag, fence, and read the other's; in every
-    /// round at least one must see the other's flag.
-    #[test]
-    fn one_side_always_sees_the_other() {
+    /// round at least one must see the other's flag. The hot thread runs `light`, the rare one
+    /// `heavy`.
+    fn dekker(light: fn(), heavy: fn() -> bool) {
         const ROUNDS: u32 = 20_000;
         let flags = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
         let round = Arc::new(AtomicU32::new(0));
@@ -106,5 +137,26 @@ mod tests {
             assert!(mine || theirs, "round {r}: neither side saw the other");
         }
         rare.join().unwrap();
+    }
+
+    #[test]
+    fn one_side_always_sees_the_other() {
+        dekker(light, heavy);
+    }
+
+    /// The pairing across processes holds between threads of one registered process too.
+    #[test]
+    fn one_side_always_sees_the_other_across_processes() {
+        if shared_expedited() {
+            dekker(light_shared, heavy_shared);
+        } else {
+            dekker(
+                || fence(Ordering::SeqCst),
+                || {
+                    fence(Ordering::SeqCst);
+                    true
+                },
+            );
+        }
     }
 }

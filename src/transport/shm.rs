@@ -39,11 +39,15 @@
 //! single-copy reductions. Nothing is allocated per operation: queues keep their capacity.
 //!
 //! # Waiting
-//! Each segment's header carries a doorbell: a 32-bit futex word bumped by every peer that
-//! publishes or frees something for its owner, and a sleeper count. A waiting rank polls the word
-//! under its [`Backoff`] policy (short spins between yields; no spins when the host has more
-//! ranks than cores, so ranks that have work get the CPU), then sleeps on the futex with a
-//! bounded timeout; peers call `FUTEX_WAKE` only when the owner sleeps. A rank whose wait ends
+//! Each segment's header carries a doorbell: one *chime* word per peer, which that peer bumps
+//! with a plain store whenever it publishes or frees something for the owner, a 32-bit futex
+//! word and a sleeper count. The doorbell's value is the sum of the futex word and the chimes.
+//! A waiting rank polls that value under its [`Backoff`] policy (short spins between yields; no
+//! spins when the host has more ranks than cores, so ranks that have work get the CPU), then
+//! sleeps on the futex with a bounded timeout; a peer bumps the futex word and calls
+//! `FUTEX_WAKE` only when the owner sleeps. A chime takes no atomic read-modify-write, which
+//! would make the sender wait for its message store to reach the receiver's core; the sleeper
+//! pays instead, with a barrier across processes (`membarrier`, see [`ShmLink`]'s `chime`). A rank whose wait ends
 //! with nothing to do checks its peers' failure flags, and when the wait timed out also their
 //! liveness connections, so a lost peer fails the operation at once instead of at
 //! `HCCL_EXEC_TIMEOUT`.
@@ -64,6 +68,7 @@ use super::ring_stores;
 use super::tag::{Tag, TAG_LEN};
 use super::{cma, ReduceFn};
 use crate::base::error::{Error, ErrorKind, Result};
+use crate::base::fence as asym;
 use crate::base::short_copy::{copy_short, SHORT_COPY_MAX};
 use crate::base::stream::{fence, stream_unfenced};
 
@@ -306,15 +311,25 @@ const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
 const TAG_OFF_INLINE: usize = 16;
 const TAG_OFF: usize = 32;
 
+/// Bit 0: the owner's process is registered for the expedited barrier across processes
+/// (`crate::base::fence::shared_expedited`), so a peer that is registered too may chime without a fence.
+const OFF_FLAGS: usize = 16;
 const OFF_FAILED: usize = 64;
+/// The futex word: bumped by a peer that finds the owner asleep (and by the owner's own abort).
 const OFF_BELL: usize = 128;
 const OFF_SLEEPERS: usize = 132;
 /// The CPU the owner last waited on, on a line of its own: peers read it while the owner's
 /// bell line bounces between them.
 const OFF_CPU: usize = 192;
+/// One word per peer, which that peer alone bumps with a plain store whenever it publishes or
+/// frees something for the owner: peer `i` (the owner's channel `i` is its inbound one) at
+/// `OFF_CHIMES + 4 i`, for the first [`MAX_CHIMES`] peers; the others bump the bell itself.
+/// The owner's doorbell value ([`Segment::bell_seq`]) is the sum of the bell and the chimes.
+const OFF_CHIMES: usize = 256;
+const MAX_CHIMES: usize = 64;
 /// Why the owner aborted: error kind (u32), text length (u32), text; written before the failure
 /// flag is raised, so a peer that sees the flag reads a complete reason.
-const OFF_REASON: usize = 256;
+const OFF_REASON: usize = OFF_CHIMES + 4 * MAX_CHIMES;
 const REASON_MAX: usize = OFF_STUCK - OFF_REASON - 8;
 /// The tag of the operation the owner last found itself stuck in (see
 /// `Medium::publish_stuck`): a version word (odd while being written, 0 before the first) and
@@ -470,6 +485,8 @@ impl Segment {
         })?;
         map.u64_at(0).store(MAGIC, Ordering::Relaxed);
         map.u32_at(OFF_CPU).store(NO_CPU, Ordering::Relaxed);
+        map.u32_at(OFF_FLAGS)
+            .store(u32::from(asym::shared_expedited()), Ordering::Relaxed);
         map.u64_at(8)
             .store(std::process::id() as u64, Ordering::Release);
         Ok((
@@ -484,7 +501,9 @@ impl Segment {
 
     /// Current doorbell value; compare before scanning work and pass to [`Segment::wait`].
     pub fn bell_seq(&self) -> u32 {
-        self.map.bell().load(Ordering::SeqCst)
+        let chimes = (0..self.geo.nchan.min(MAX_CHIMES))
+            .map(|i| self.map.u32_at(OFF_CHIMES + 4 * i).load(Ordering::Acquire));
+        chimes.fold(self.map.bell().load(Ordering::SeqCst), u32::wrapping_add)
     }
 
     /// Records the CPU this rank runs on, for peers deciding whether to yield to it.
@@ -497,13 +516,13 @@ impl Segment {
     /// not checked while asleep). Returns whether the doorbell moved or `also` was ready.
     pub fn wait(&self, seen: u32, max: Duration, also: &mut (impl Wait + ?Sized)) -> bool {
         struct SegWait<'a, W: Wait + ?Sized> {
-            bell: &'a AtomicU32,
+            seg: &'a Segment,
             seen: u32,
             also: &'a mut W,
         }
         impl<W: Wait + ?Sized> Wait for SegWait<'_, W> {
             fn ready(&mut self) -> bool {
-                self.bell.load(Ordering::Acquire) != self.seen || self.also.ready()
+                self.seg.bell_seq() != self.seen || self.also.ready()
             }
             fn slow(&mut self) -> bool {
                 self.also.slow()
@@ -512,19 +531,32 @@ impl Segment {
                 self.also.here(cpu)
             }
         }
-        let bell = self.map.bell();
-        let mut w = SegWait { bell, seen, also };
+        let mut w = SegWait {
+            seg: self,
+            seen,
+            also,
+        };
         let Some(left) = self.backoff.run(max, &mut w) else {
             return true;
         };
+        let bell = self.map.bell();
         let sleepers = self.map.u32_at(OFF_SLEEPERS);
         sleepers.fetch_add(1, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        // Publishing the sleeper before looking at the bell again pairs with `ring`'s
-        // bump-then-check: one of the two always sees the other, so no wake-up is lost.
+        // Publishing the sleeper before looking at the chimes again pairs with a chime's
+        // store-then-check (see `ShmLink::chime`): one of the two always sees the other, so no
+        // wake-up is lost. Peers that chime without a fence are reached by the barrier across
+        // processes; should it fail, sleeps are kept short, as such a wake-up may be missed.
+        let paired = asym::heavy_shared();
+        let tick = if paired || !asym::shared_expedited() {
+            SLEEP_TICK
+        } else {
+            Duration::from_millis(1)
+        };
+        // The futex sleeps only while the bell keeps this value, read before the last look.
+        let rung = bell.load(Ordering::SeqCst);
         if !w.ready() && !left.is_zero() {
             let t0 = Instant::now();
-            futex_wait(bell, seen, left.min(SLEEP_TICK));
+            futex_wait(bell, rung, left.min(tick));
             self.backoff.slept(t0.elapsed(), w.ready());
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -821,6 +853,11 @@ pub struct ShmLink {
     out: Channel,
     peer_map: Mapping,
     inp: Channel,
+    /// This rank's chime word in the peer's header (see [`OFF_CHIMES`]), if it has one.
+    chime: Option<usize>,
+    /// Whether both processes are registered for the barrier across processes, so that a
+    /// chime needs no fence before it looks for a sleeping peer (see [`ShmLink::chime`]).
+    light_chime: bool,
     single_copy: bool,
     /// Whether this rank's plain single-copy receives ask the peer to share the copy (see
     /// [`SHARED_COPY_MIN`]): the peer may access this process (`single_copy`), and no shared
@@ -1012,6 +1049,11 @@ impl ShmLink {
             .store(cell_seq_of(k), Ordering::Release);
         self.lane_wr = k + n;
         true
+    }
+
+    /// Tells the peer that something was published or freed for it (see [`chime`]).
+    fn chime(&self) {
+        chime(&self.peer_map, self.chime, self.light_chime);
     }
 
     /// Where the peer's next message (or the next chunk of the one in progress) is. A lane
@@ -1226,7 +1268,7 @@ impl ShmLink {
             }
         }
         if published {
-            self.peer_map.ring();
+            self.chime();
             any = true;
         }
         // Only a single-copy send waits for its slot to be consumed: otherwise the receiver's
@@ -1397,7 +1439,7 @@ impl ShmLink {
                             .store(slot_no << SHARE_CHUNK_BITS, Ordering::Release);
                         op.shared = true;
                         // The sender may be asleep until this slot is consumed.
-                        self.peer_map.ring();
+                        chime(&self.peer_map, self.chime, self.light_chime);
                     }
                     if let Some(k) = claim_chunk(ctl.share(), slot_no, op.len.div_ceil(chunk)) {
                         let (off, n) = (k * chunk, chunk.min(op.len - k * chunk));
@@ -1531,7 +1573,7 @@ impl ShmLink {
         if flags & FLAG_CMA != 0
             || (want.load(Ordering::SeqCst) != 0 && want.swap(0, Ordering::SeqCst) != 0)
         {
-            self.peer_map.ring();
+            self.chime();
         }
     }
 
@@ -1596,7 +1638,7 @@ impl ShmLink {
         })?;
         let len = len as u64;
         if self.out.share_done().fetch_add(n as u64, Ordering::AcqRel) + n as u64 == len {
-            self.peer_map.ring();
+            self.chime();
         }
         Ok(true)
     }
@@ -1953,7 +1995,7 @@ impl Link for ShmLink {
         }
         // SAFETY: `ptr` holds `len` bytes (the caller's contract).
         if unsafe { self.lane_put(ptr, len, tag, false) } {
-            self.peer_map.ring();
+            self.chime();
             return true;
         }
         if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -1987,7 +2029,7 @@ impl Link for ShmLink {
         }
         self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
         self.wr += 1;
-        self.peer_map.ring();
+        self.chime();
         true
     }
 
@@ -1999,7 +2041,7 @@ impl Link for ShmLink {
             // SAFETY: `ptr` holds `len` bytes (the caller's contract).
             && unsafe { self.lane_put(ptr, len, tag, true) }
         {
-            self.peer_map.ring();
+            self.chime();
             return true;
         }
         // SAFETY: forwarded.
@@ -2050,7 +2092,7 @@ impl Link for ShmLink {
         self.tx.clear();
         self.rx.clear();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
-        self.peer_map.ring();
+        self.chime();
     }
 }
 
@@ -2138,6 +2180,45 @@ impl Hello {
             probe: u64_at(40),
         })
     }
+}
+
+/// Tells the owner of `peer_map` that something was published or freed for it: a plain store
+/// to this rank's chime word at `off` in its header, which its doorbell value includes, then
+/// the bell and a futex wake only when it sleeps (without a chime word: the bell alone). No
+/// atomic read-modify-write on the way: the first one after a message store would wait for
+/// that store to reach the peer's core. A peer about to sleep counts itself among the
+/// sleepers, then runs the barrier across processes (or a fence), then looks at the chimes
+/// again; this side stores, then reads the sleeper count after a compiler fence (`light`, when
+/// both processes are registered for that barrier) or a full fence. Either this side sees the
+/// sleeper or the peer sees the chime.
+fn chime(peer_map: &Mapping, off: Option<usize>, light: bool) {
+    let Some(off) = off else {
+        peer_map.ring();
+        return;
+    };
+    // One writer per word: the link to this peer.
+    let w = peer_map.u32_at(off);
+    w.store(w.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    if light {
+        asym::light_shared();
+    } else {
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+    if peer_map.u32_at(OFF_SLEEPERS).load(Ordering::Relaxed) != 0 {
+        peer_map.ring();
+    }
+}
+
+/// Where this rank's chime word lies in the peer's header: at the index of the peer's channel
+/// to this rank, which the hello's channel offset gives; `None` past [`MAX_CHIMES`].
+fn chime_of(h: &Hello) -> Option<usize> {
+    let geo = Geometry {
+        nchan: 0,
+        slot_bytes: h.slot_bytes as usize,
+    };
+    let off = (h.chan_off as usize).checked_sub(HEADER_BYTES)?;
+    let i = off / geo.chan_bytes();
+    (off % geo.chan_bytes() == 0 && i < MAX_CHIMES).then_some(OFF_CHIMES + 4 * i)
 }
 
 /// Maps a peer's segment through `/proc/<pid>/fd/<fd>` and checks it is what the hello says.
@@ -2251,6 +2332,9 @@ pub fn introduce(
                     base: unsafe { peer_map.ptr.add(hello.chan_off as usize) },
                     slot_bytes: hello.slot_bytes as usize,
                 };
+                let chime = chime_of(&hello);
+                let light_chime = asym::shared_expedited()
+                    && peer_map.u32_at(OFF_FLAGS).load(Ordering::Acquire) & 1 != 0;
                 out.push((
                     p,
                     Attached::Shm(Box::new(ShmLink {
@@ -2261,6 +2345,8 @@ pub fn introduce(
                         out: out_chan,
                         peer_map,
                         inp,
+                        chime,
+                        light_chime,
                         single_copy: answer[1] == 1,
                         share_copies: answer[1] == 1 && opts.share_copies,
                         single_copy_max: opts.single_copy_max,
@@ -2745,6 +2831,59 @@ mod tests {
         }
         assert_ne!(seg.bell_seq(), seen);
         t.join().unwrap();
+    }
+
+    /// Chimes that land while the receiver goes to sleep wake it: the sender chimes after a
+    /// random delay that spans the receiver's spin budget (so it lands before, during and after
+    /// the receiver's sleep sets in), and the waits end soon after their chimes. A lost wake-up
+    /// ends only at the futex's timeout ([`SLEEP_TICK`]); a receiver on a busy machine can be
+    /// late now and then, so a few late rounds pass. (The fence pairing itself is tested in
+    /// `base::fence`.)
+    #[test]
+    fn chimes_reach_a_receiver_going_to_sleep() {
+        const ROUNDS: u32 = 300;
+        let (a, b) = links(64 << 10, false);
+        assert!(a.chime.is_some(), "a chime word for the first peer");
+        let seg = b.segment().clone();
+        let start = Arc::new(AtomicU64::new(0));
+        let chimed_ns = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let sender = {
+            let (start, chimed_ns) = (start.clone(), chimed_ns.clone());
+            std::thread::spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                for r in 1..=ROUNDS as u64 {
+                    while start.load(Ordering::Acquire) != r {
+                        std::hint::spin_loop();
+                    }
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let delay = Duration::from_micros(x % 2500);
+                    let t = Instant::now();
+                    while t.elapsed() < delay {
+                        std::hint::spin_loop();
+                    }
+                    chimed_ns.store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
+                    a.chime();
+                }
+                a
+            })
+        };
+        let mut late = 0;
+        for r in 1..=ROUNDS as u64 {
+            let seen = seg.bell_seq();
+            start.store(r, Ordering::Release);
+            let mut nothing = Until(|| false);
+            while !seg.wait(seen, Duration::from_secs(5), &mut nothing) {}
+            let woke = epoch.elapsed().as_nanos() as u64;
+            let lag = woke.saturating_sub(chimed_ns.load(Ordering::Acquire));
+            if lag > SLEEP_TICK.as_nanos() as u64 * 3 / 5 {
+                late += 1;
+            }
+        }
+        sender.join().unwrap();
+        assert!(late <= ROUNDS / 50, "{late} of {ROUNDS} waits ended late");
     }
 
     #[test]

@@ -105,10 +105,10 @@ impl<T> BiasedMutex<T> {
     /// the bias is revoked.
     #[inline]
     fn enter_biased(&self) -> Option<BiasedGuard<'_, T>> {
-        if self.revoked.load(Ordering::Relaxed) || self.owner.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        if self.owner.load(Ordering::Relaxed) != thread_key() {
+        // The key is never 0, so an unowned lock fails the comparison too.
+        if self.revoked.load(Ordering::Relaxed)
+            || self.owner.load(Ordering::Relaxed) != thread_key()
+        {
             return None;
         }
         self.busy.store(true, Ordering::Relaxed);

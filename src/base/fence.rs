@@ -7,6 +7,10 @@
 //! [`light`] is a compiler fence and [`heavy`] that system call, which makes every running
 //! thread of the process pass a full barrier; elsewhere both are full fences. Either way, of the
 //! two loads at least one sees the other side's store.
+//!
+//! [`light_shared`] and [`heavy_shared`] pair the same way across processes that share memory,
+//! through `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, for processes that registered for it
+//! ([`shared_expedited`]).
 
 use std::sync::atomic::{compiler_fence, fence, Ordering};
 use std::sync::OnceLock;
@@ -35,11 +39,18 @@ fn membarrier(cmd: libc::c_int) -> libc::c_long {
 pub fn expedited() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let cmds = membarrier(MEMBARRIER_CMD_QUERY);
-        cmds >= 0
-            && cmds & libc::c_long::from(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
-            && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+        register(
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+        )
     })
+}
+
+/// Whether the kernel offers the barrier `cmd` and this process registered for it with
+/// `register_cmd`.
+fn register(cmd: libc::c_int, register_cmd: libc::c_int) -> bool {
+    let cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    cmds >= 0 && cmds & libc::c_long::from(cmd) != 0 && membarrier(register_cmd) == 0
 }
 
 /// Whether this process is registered for the expedited barrier across processes
@@ -49,10 +60,10 @@ pub fn expedited() -> bool {
 pub fn shared_expedited() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        let cmds = membarrier(MEMBARRIER_CMD_QUERY);
-        cmds >= 0
-            && cmds & libc::c_long::from(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0
-            && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0
+        register(
+            MEMBARRIER_CMD_GLOBAL_EXPEDITED,
+            MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+        )
     })
 }
 

@@ -88,7 +88,7 @@ impl Method {
                 ))
             }
         };
-        m.check().map_err(|e| bad(e.msg))
+        m.check().map_err(|e| bad(e.into_msg()))
     }
 }
 

@@ -9,28 +9,55 @@ use std::fmt;
 /// result-code table, so kinds, codes and their descriptions cannot drift apart).
 pub use result_codes::ErrorKind;
 
-/// An error with its context already rendered into the message.
+/// What an [`Error`] holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct ErrorBody {
     /// Category, mapped to an `HcclResult` at the C edge.
     pub kind: ErrorKind,
     /// Human-readable description including context.
     pub msg: String,
 }
 
+/// An error with its context already rendered into the message. Boxed, so that `Result<()>`
+/// is one register wide: a wider result is returned through memory, written piecewise and read
+/// back whole, and that read cannot be forwarded from the store buffer. It then waits for every
+/// earlier store to reach the cache, among them a small message's store into a line its
+/// receiver is polling, which takes a cross-core round trip (a fifth of a 16 B Broadcast
+/// root's time before the change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error(Box<ErrorBody>);
+
 impl Error {
     /// Creates an error of `kind` with message `msg`.
     pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Error {
-        Error {
+        Error(Box::new(ErrorBody {
             kind,
             msg: msg.into(),
-        }
+        }))
+    }
+
+    /// The message, without the kind.
+    pub fn into_msg(self) -> String {
+        self.0.msg
     }
 
     /// Prefixes the message with more context, keeping the kind.
     pub fn context(mut self, ctx: impl fmt::Display) -> Error {
-        self.msg = format!("{ctx}: {}", self.msg);
+        self.0.msg = format!("{ctx}: {}", self.0.msg);
         self
+    }
+}
+
+impl std::ops::Deref for Error {
+    type Target = ErrorBody;
+    fn deref(&self) -> &ErrorBody {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Error {
+    fn deref_mut(&mut self) -> &mut ErrorBody {
+        &mut self.0
     }
 }
 

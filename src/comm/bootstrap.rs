@@ -572,7 +572,7 @@ pub fn report_bad_count(
         },
     };
     let (mut c, status, len) = ask_root(addr, &hello, deadline).ok()?;
-    (status != 0).then(|| refusal(&mut c, status, len, rank).msg)
+    (status != 0).then(|| refusal(&mut c, status, len, rank).into_msg())
 }
 
 #[cfg(test)]

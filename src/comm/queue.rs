@@ -35,6 +35,8 @@ struct Job {
     keep: Option<KeepAlive>,
 }
 
+// The state lives inside its slot's one allocation: boxing the job would add a second.
+#[allow(clippy::large_enum_variant)]
 enum State {
     Queued(Job),
     Running,

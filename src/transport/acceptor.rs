@@ -112,7 +112,7 @@ impl Whitelist {
                 format!("HCCL_WHITELIST_FILE {path}: {why}"),
             )
         };
-        let doc = strict_json::parse(text, MAX_RANK_TABLE_DEPTH).map_err(|e| bad(e.msg))?;
+        let doc = strict_json::parse(text, MAX_RANK_TABLE_DEPTH).map_err(|e| bad(e.into_msg()))?;
         let list = doc
             .get("host_ip")
             .ok_or_else(|| bad("no \"host_ip\" list".into()))?

@@ -880,21 +880,29 @@ impl Communicator {
     ///
     /// Only operations that reach the wire take a number, so a call refused before this point
     /// leaves every rank's sequence alike.
+    #[inline]
     fn next_seq(&self, ep: &Endpoint, seq: &mut u32, args: &OpArgs) -> Result<u32> {
         if let Some(e) = ep.broken() {
-            return Err(Error::new(
-                ErrorKind::Unavail,
-                format!(
-                    "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
-                    self.name, self.rank, args.name, e.msg
-                ),
-            ));
+            return Err(self.unusable(e, args));
         }
         if matches!(args.coll, Coll::P2p { .. }) {
             return Ok(0);
         }
         *seq = seq.wrapping_add(1);
         Ok(*seq)
+    }
+
+    /// [`Self::next_seq`]'s error, out of line.
+    #[cold]
+    #[inline(never)]
+    fn unusable(&self, e: &Error, args: &OpArgs) -> Error {
+        Error::new(
+            ErrorKind::Unavail,
+            format!(
+                "comm {} rank {} {}: communicator unusable after an earlier failure: {}",
+                self.name, self.rank, args.name, e.msg
+            ),
+        )
     }
 
     /// The fast path of a call that repeats the previous call on the small path (same shape,
@@ -908,6 +916,7 @@ impl Communicator {
     /// way stays (broken links, the tag every message carries), and the call is counted in the
     /// statistics alike. The caller's pin counts it inside the communicator, which therefore
     /// cannot be destroyed meanwhile.
+    #[inline]
     pub fn run_repeat(&self, args: &OpArgs, pin: &Pinned) -> Option<Result<()>> {
         debug_assert!(std::ptr::eq(&***pin, self), "pinned another communicator");
         if args.compress.is_some() {
@@ -934,6 +943,7 @@ impl Communicator {
     /// uncompressed (only such calls set `last`), and whether a call is compressed follows
     /// from its shape, type and operator, so a repeat without compression of its own is
     /// uncompressed too.
+    #[inline(always)]
     fn run_small_repeat(&self, inner: &mut Inner, args: &OpArgs) -> Option<Result<Traffic>> {
         let Inner {
             ep,
@@ -943,12 +953,14 @@ impl Communicator {
             last,
             ..
         } = inner;
-        let l = last.as_ref().filter(|l| {
-            l.elem == args.dtype.size()
-                && l.dtype == args.dtype
-                && l.op == args.op
-                && same_coll(&l.coll, &args.coll)
-        })?;
+        let l = last.as_ref()?;
+        if l.elem != args.dtype.size()
+            || l.dtype != args.dtype
+            || l.op != args.op
+            || !same_coll(&l.coll, &args.coll)
+        {
+            return None;
+        }
         let s = l.plan.small.as_ref()?;
         let call = match self.next_seq(ep, seq, args) {
             Ok(q) => l.tag.with_seq(q),

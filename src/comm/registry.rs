@@ -171,6 +171,7 @@ fn remember(handle: usize, comm: &Arc<Communicator>) {
 /// refused at once; a handle is never reused. A destroy that is refused takes its mark back,
 /// and a call that raced it and read the mark meanwhile fails as if the handle were destroyed:
 /// racing a destroy with a call on the same handle is the caller's error either way.
+#[inline]
 pub fn pin(handle: usize) -> Result<Pinned> {
     let last = LAST.get();
     if last.handle == handle && handle != 0 {
@@ -192,6 +193,13 @@ pub fn pin(handle: usize) -> Result<Pinned> {
             s.store(0, Ordering::Relaxed);
         }
     }
+    pin_counted(handle)
+}
+
+/// [`pin`] of a handle that is not the thread's last (or while the thread is inside a
+/// communicator already): counted in the state word.
+#[inline(never)]
+fn pin_counted(handle: usize) -> Result<Pinned> {
     let c = get(handle)?;
     if !try_enter(c.state()) {
         return Err(Error::new(

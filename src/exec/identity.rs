@@ -288,6 +288,7 @@ impl<'a> OpTags<'a> {
     /// The tags of collective `coll` on rank `me`, whose own tag is `call` (see [`call_tag`]);
     /// `inbound` is what the operation receives (see [`inbound`]; `None`: unknown), `p2p`
     /// numbers point-to-point messages.
+    #[inline(always)]
     pub fn new(
         me: u32,
         coll: &'a Coll,

@@ -39,7 +39,7 @@ macro_rules! entry {
             $crate::ffi::boundary::api_name!(),
             $handle,
             $crate::ffi::validate::comm,
-            |_out: &mut ::std::string::String| {
+            move |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
             |$c: &$crate::comm::registry::Pinned| -> $crate::base::error::Result<()> {
@@ -52,7 +52,7 @@ macro_rules! entry {
             $crate::ffi::boundary::api_name!(),
             $handle,
             $crate::ffi::validate::comm_unpinned,
-            |_out: &mut ::std::string::String| {
+            move |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
             |$c: &::std::sync::Arc<$crate::comm::Communicator>| -> $crate::base::error::Result<()> {
@@ -63,7 +63,7 @@ macro_rules! entry {
     (value $fallback:expr; $($arg:ident),* ; $body:block) => {
         $crate::ffi::boundary::enter_value(
             $crate::ffi::boundary::api_name!(),
-            |_out: &mut ::std::string::String| {
+            move |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
             $fallback,
@@ -73,7 +73,7 @@ macro_rules! entry {
     ($($arg:ident),* ; $body:block) => {
         $crate::ffi::boundary::enter(
             $crate::ffi::boundary::api_name!(),
-            |_out: &mut ::std::string::String| {
+            move |_out: &mut ::std::string::String| {
                 $( $crate::ffi::boundary::push_arg(_out, stringify!($arg), &$arg); )*
             },
             || -> $crate::base::error::Result<()> { $body },

@@ -992,6 +992,7 @@ impl ShmLink {
     ///
     /// # Safety
     /// `ptr` must hold `len` bytes.
+    #[inline(always)]
     unsafe fn lane_put(&mut self, ptr: *const u8, len: usize, tag: &Tag, ahead: bool) -> bool {
         // A message of more than one cell goes by the lane only on a crowded host, where the
         // ring's depth binds: with a core per rank the receiver keeps up with eight slots, and
@@ -1096,6 +1097,7 @@ impl ShmLink {
     ///
     /// # Safety
     /// `dst` must hold `len` bytes, `len` at most [`LANE_MAX`].
+    #[inline(always)]
     unsafe fn lane_take(&mut self, dst: *mut u8, len: usize, reduce: Option<ReduceFn>) {
         // SAFETY: the runs lie in the published message's cells; `dst` holds `len` bytes.
         // The header cell's run (at most `LANE_FIRST` bytes) needs no `memcpy` call.
@@ -1989,6 +1991,7 @@ impl Link for ShmLink {
     /// one ring of the peer's bell, which enters the kernel only when the peer sleeps. The slot
     /// is exactly what the queued path would publish for the same message (messages this
     /// small never go single-copy), so the receiving side cannot tell the two apart.
+    #[inline(always)]
     unsafe fn send_now(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
         if !self.tx.is_empty() || len > self.out.slot_bytes || len >= MAPPED_COPY_MIN {
             return false;

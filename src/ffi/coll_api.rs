@@ -3,6 +3,9 @@
 //! This file is the source cbindgen reads for `include/hccl/hccl.h`. Every body is one
 //! `entry!` (see [`super::boundary`]): the communicator check, panic boundary, entry log and
 //! result mapping come from there; what remains here is each operation's own argument checks.
+//! The checks run before the operation's arguments are built, never inside the `OpArgs`
+//! literal: a `?` there makes the collective a temporary that is then moved whole, and a
+//! small call pays for every store it makes (see `base::error`).
 //!
 //! # Safety
 //! These are C entry points with HCCL's contract: every pointer argument is either NULL
@@ -42,15 +45,16 @@ pub unsafe extern "C" fn HcclAllReduce(
         let dt = v::dtype(dataType)?;
         let op = v::reduce_op(op, dt)?;
         let n = v::bytes(count, dt)?;
+        let count = v::count(count)?;
+        let send = v::buffer(sendBuf, n, "sendBuf")?;
+        let recv = v::buffer(recvBuf, n, "recvBuf")?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::AllReduce {
-                count: v::count(count)?,
-            },
+            coll: Coll::AllReduce { count },
             dtype: dt,
             op: Some(op),
-            send: v::buffer(sendBuf, n, "sendBuf")?,
-            recv: v::buffer(recvBuf, n, "recvBuf")?,
+            send,
+            recv,
             ext: Vec::new(),
             compress: None,
         };
@@ -72,12 +76,10 @@ pub unsafe extern "C" fn HcclBroadcast(
         let dt = v::dtype(dataType)?;
         let root = v::rank_in(root, c, "root")?;
         let b = v::buffer(buf, v::bytes(count, dt)?, "buf")?;
+        let count = v::count(count)?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::Broadcast {
-                count: v::count(count)?,
-                root,
-            },
+            coll: Coll::Broadcast { count, root },
             dtype: dt,
             op: None,
             send: b,
@@ -107,16 +109,16 @@ pub unsafe extern "C" fn HcclReduce(
         let root = v::rank_in(root, c, "root")?;
         let n = v::bytes(count, dt)?;
         let recv_bytes = if c.rank() == root { n } else { 0 };
+        let count = v::count(count)?;
+        let send = v::buffer(sendBuf, n, "sendBuf")?;
+        let recv = v::buffer(recvBuf, recv_bytes, "recvBuf")?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::Reduce {
-                count: v::count(count)?,
-                root,
-            },
+            coll: Coll::Reduce { count, root },
             dtype: dt,
             op: Some(op),
-            send: v::buffer(sendBuf, n, "sendBuf")?,
-            recv: v::buffer(recvBuf, recv_bytes, "recvBuf")?,
+            send,
+            recv,
             ext: Vec::new(),
             compress: None,
         };
@@ -138,15 +140,16 @@ pub unsafe extern "C" fn HcclAllGather(
         let dt = v::dtype(dataType)?;
         let n = v::bytes(sendCount, dt)?;
         let total = v::bytes(v::mul(sendCount, c.size() as u64)?, dt)?;
+        let count = v::count(sendCount)?;
+        let send = v::buffer(sendBuf, n, "sendBuf")?;
+        let recv = v::buffer(recvBuf, total, "recvBuf")?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::AllGather {
-                count: v::count(sendCount)?,
-            },
+            coll: Coll::AllGather { count },
             dtype: dt,
             op: None,
-            send: v::buffer(sendBuf, n, "sendBuf")?,
-            recv: v::buffer(recvBuf, total, "recvBuf")?,
+            send,
+            recv,
             ext: Vec::new(),
             compress: None,
         };
@@ -219,15 +222,16 @@ pub unsafe extern "C" fn HcclReduceScatter(
         let op = v::reduce_op(op, dt)?;
         let n = v::bytes(recvCount, dt)?;
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
+        let count = v::count(recvCount)?;
+        let send = v::buffer(sendBuf, total, "sendBuf")?;
+        let recv = v::buffer(recvBuf, n, "recvBuf")?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::ReduceScatter {
-                count: v::count(recvCount)?,
-            },
+            coll: Coll::ReduceScatter { count },
             dtype: dt,
             op: Some(op),
-            send: v::buffer(sendBuf, total, "sendBuf")?,
-            recv: v::buffer(recvBuf, n, "recvBuf")?,
+            send,
+            recv,
             ext: Vec::new(),
             compress: None,
         };
@@ -288,16 +292,16 @@ pub unsafe extern "C" fn HcclScatter(
         let n = v::bytes(recvCount, dt)?;
         let total = v::bytes(v::mul(recvCount, c.size() as u64)?, dt)?;
         let send_bytes = if c.rank() == root { total } else { 0 };
+        let count = v::count(recvCount)?;
+        let send = v::buffer(sendBuf, send_bytes, "sendBuf")?;
+        let recv = v::buffer(recvBuf, n, "recvBuf")?;
         let args = OpArgs {
             name: op_name!(),
-            coll: Coll::Scatter {
-                count: v::count(recvCount)?,
-                root,
-            },
+            coll: Coll::Scatter { count, root },
             dtype: dt,
             op: None,
-            send: v::buffer(sendBuf, send_bytes, "sendBuf")?,
-            recv: v::buffer(recvBuf, n, "recvBuf")?,
+            send,
+            recv,
             ext: Vec::new(),
             compress: None,
         };

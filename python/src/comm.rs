@@ -251,7 +251,7 @@ impl Comm {
     }
 
     fn reducible(dt: DataType, op: ReduceOp) -> PyResult<()> {
-        check_reducible(dt, op).map_err(|e| PyTypeError::new_err(e.msg))
+        check_reducible(dt, op).map_err(|e| PyTypeError::new_err(e.into_msg()))
     }
 
     fn p2p(
@@ -348,11 +348,11 @@ impl Comm {
         let env = check(py, EnvConfig::global())?;
         let c = py.detach(move || -> Result<Communicator, String> {
             let Some(w) = w else {
-                let ri = create_root_info(&env).map_err(|e| e.msg)?;
-                return Communicator::init_root_info(1, &ri, 0, cfg).map_err(|e| e.msg);
+                let ri = create_root_info(&env).map_err(|e| e.into_msg())?;
+                return Communicator::init_root_info(1, &ri, 0, cfg).map_err(|e| e.into_msg());
             };
             let (ri, server) = if w.rank == 0 {
-                let ri = create_root_info(&env).map_err(|e| e.msg)?;
+                let ri = create_root_info(&env).map_err(|e| e.into_msg())?;
                 let server = if w.size > 1 {
                     Some(world::InfoServer::start(&w, ri.encode())?)
                 } else {
@@ -361,9 +361,10 @@ impl Comm {
                 (ri, server)
             } else {
                 let blob = world::fetch(&w)?;
-                (RootInfo::decode(&blob).map_err(|e| e.msg)?, None)
+                (RootInfo::decode(&blob).map_err(|e| e.into_msg())?, None)
             };
-            let c = Communicator::init_root_info(w.size, &ri, w.rank, cfg).map_err(|e| e.msg)?;
+            let c =
+                Communicator::init_root_info(w.size, &ri, w.rank, cfg).map_err(|e| e.into_msg())?;
             if let Some(s) = server {
                 s.join()?;
             }

@@ -943,6 +943,8 @@ impl Communicator {
     /// uncompressed (only such calls set `last`), and whether a call is compressed follows
     /// from its shape, type and operator, so a repeat without compression of its own is
     /// uncompressed too.
+    // Inlined into the dispatcher with `run_repeat`: fewer saved registers on every repeat
+    // (see `base::error` on why a small call's stores count).
     #[inline(always)]
     fn run_small_repeat(&self, inner: &mut Inner, args: &OpArgs) -> Option<Result<Traffic>> {
         let Inner {

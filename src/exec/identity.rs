@@ -288,6 +288,7 @@ impl<'a> OpTags<'a> {
     /// The tags of collective `coll` on rank `me`, whose own tag is `call` (see [`call_tag`]);
     /// `inbound` is what the operation receives (see [`inbound`]; `None`: unknown), `p2p`
     /// numbers point-to-point messages.
+    // Forced: on the repeat path LLVM otherwise keeps it out of line, a frame per call.
     #[inline(always)]
     pub fn new(
         me: u32,

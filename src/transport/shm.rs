@@ -992,6 +992,8 @@ impl ShmLink {
     ///
     /// # Safety
     /// `ptr` must hold `len` bytes.
+    // Inlined into the sends: an out-of-line call saves registers, and a small call's stores
+    // queue behind the message's (see `base::error`).
     #[inline(always)]
     unsafe fn lane_put(&mut self, ptr: *const u8, len: usize, tag: &Tag, ahead: bool) -> bool {
         // A message of more than one cell goes by the lane only on a crowded host, where the
@@ -1097,6 +1099,7 @@ impl ShmLink {
     ///
     /// # Safety
     /// `dst` must hold `len` bytes, `len` at most [`LANE_MAX`].
+    // Inlined into the receives, as `lane_put` is into the sends.
     #[inline(always)]
     unsafe fn lane_take(&mut self, dst: *mut u8, len: usize, reduce: Option<ReduceFn>) {
         // SAFETY: the runs lie in the published message's cells; `dst` holds `len` bytes.
@@ -1991,6 +1994,7 @@ impl Link for ShmLink {
     /// one ring of the peer's bell, which enters the kernel only when the peer sleeps. The slot
     /// is exactly what the queued path would publish for the same message (messages this
     /// small never go single-copy), so the receiving side cannot tell the two apart.
+    // Inlined into `send_ahead`, as `lane_put` is into both.
     #[inline(always)]
     unsafe fn send_now(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
         if !self.tx.is_empty() || len > self.out.slot_bytes || len >= MAPPED_COPY_MIN {

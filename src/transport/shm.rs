@@ -47,10 +47,10 @@
 //! sleeps on the futex with a bounded timeout; a peer bumps the futex word and calls
 //! `FUTEX_WAKE` only when the owner sleeps. A chime takes no atomic read-modify-write, which
 //! would make the sender wait for its message store to reach the receiver's core; the sleeper
-//! pays instead, with a barrier across processes (`membarrier`, see [`ShmLink`]'s `chime`). A rank whose wait ends
-//! with nothing to do checks its peers' failure flags, and when the wait timed out also their
-//! liveness connections, so a lost peer fails the operation at once instead of at
-//! `HCCL_EXEC_TIMEOUT`.
+//! pays instead, with a barrier across processes (`membarrier`, see [`ShmLink`]'s `chime`). A
+//! rank whose wait ends with nothing to do checks its peers' failure flags, and when the wait
+//! timed out also their liveness connections, so a lost peer fails the operation at once
+//! instead of at `HCCL_EXEC_TIMEOUT`.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -312,7 +312,8 @@ const TAG_OFF_INLINE: usize = 16;
 const TAG_OFF: usize = 32;
 
 /// Bit 0: the owner's process is registered for the expedited barrier across processes
-/// (`crate::base::fence::shared_expedited`), so a peer that is registered too may chime without a fence.
+/// (`crate::base::fence::shared_expedited`), so a peer that is registered too may chime
+/// without a fence.
 const OFF_FLAGS: usize = 16;
 const OFF_FAILED: usize = 64;
 /// The futex word: bumped by a peer that finds the owner asleep (and by the owner's own abort).
@@ -986,9 +987,9 @@ impl ShmLink {
 
     /// Publishes a message of at most [`LANE_MAX`] bytes in the lane when it has room (without
     /// ringing the peer's bell); false when it has not, or when it spans several cells on a
-    /// host that is not crowded and the sender does not run `ahead` ([`LANE_AHEAD_MAX`]). The cell records the ring's write
-    /// position, so the receiver takes it before any slot published after it and after every
-    /// slot published before it.
+    /// host that is not crowded and the sender does not run `ahead` ([`LANE_AHEAD_MAX`]). The
+    /// cell records the ring's write position, so the receiver takes it before any slot
+    /// published after it and after every slot published before it.
     ///
     /// # Safety
     /// `ptr` must hold `len` bytes.

@@ -17,6 +17,8 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # The libfabric net plugin (net-ofi/) builds against libfabric's headers; its benchmark and the
 # verbs probe use fi_pingpong and fi_info.
 { [ -f /usr/include/rdma/fabric.h ] && command -v fi_info; } >/dev/null 2>&1 || need+=(libfabric-dev libfabric-bin)
+# The hot-path test counts instructions and stores per call with valgrind's callgrind.
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 # A second, independent PNG inflater for the plot test (zlib is part of CPython).
 python3 -c "import zlib" >/dev/null 2>&1 || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then

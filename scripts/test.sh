@@ -16,10 +16,11 @@ step cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" step cargo doc --workspace --no-deps
 step cargo test --workspace
 # Ranks that disagree across hosts again, through the net plugin (libfabric's tcp provider,
-# which the default leaves to the built-in TCP link).
-FI_PROVIDER=tcp step cargo test --test suite -- mismatch:: --skip compress_mismatch::
+# which the default leaves to the built-in TCP link). `--workspace` keeps the dependencies'
+# features as the step above unified them, so the suite is not compiled a second time.
+FI_PROVIDER=tcp step cargo test --workspace --test suite -- mismatch:: --skip compress_mismatch::
 # Every operation through libfabric's verbs provider where an RDMA device exists; shown, so that
 # its SKIPPED line (no device) is seen rather than counted as a pass.
-cargo test --test suite -- --exact multihost::plugin_verbs_all_ops --nocapture
+cargo test --workspace --test suite -- --exact multihost::plugin_verbs_all_ops --nocapture
 step scripts/python_tests.sh
 step scripts/fuzz.sh 20

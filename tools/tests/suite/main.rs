@@ -13,7 +13,6 @@ mod device_memory;
 mod diag;
 mod docs;
 mod hand_launch;
-mod hot_path;
 mod launcher;
 mod mpi_bench;
 mod mpirun;

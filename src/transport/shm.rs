@@ -35,8 +35,9 @@
 //!
 //! # Memory
 //! A rank's segment holds its outbound rings, `min(1 MiB, HCCL_BUFFSIZE / peers)` each, so at
-//! most `HCCL_BUFFSIZE` in all, plus a 4 KiB lane per peer and a 4 KiB header; its endpoint adds one 256 KiB chunk for
-//! single-copy reductions. Nothing is allocated per operation: queues keep their capacity.
+//! most `HCCL_BUFFSIZE` in all, plus a 4 KiB lane per peer and a 4 KiB header; its endpoint
+//! adds one 256 KiB chunk for single-copy reductions. Nothing is allocated per operation:
+//! queues keep their capacity.
 //!
 //! # Waiting
 //! Each segment's header carries a doorbell: one *chime* word per peer, which that peer bumps
@@ -91,10 +92,11 @@ const LANE_BYTES: usize = LANE_CELLS * CELL;
 /// cell 64.
 pub const LANE_MAX: usize = 1024;
 /// Largest message a sender that runs ahead of its receiver ([`Link::send_ahead`]) sends by the
-/// lane when it has room, whatever the host: two cells (up to 96 bytes). With two processes on cores that share
-/// no cache, Scatter and Broadcast roots' messages of 32-64 B took 0.20-0.26 µs per call by the
-/// lane against 0.28-0.30 by the ring, whose eight slots the root kept filling; on cores that
-/// share one, 0.09-0.10 µs either way. Three cells (128 B) measured 10-15% slower there.
+/// lane when it has room, whatever the host: two cells (up to 96 bytes). With two processes on
+/// cores that share no cache, Scatter and Broadcast roots' messages of 32-64 B took 0.20-0.26 µs
+/// per call by the lane against 0.28-0.30 by the ring, whose eight slots the root kept filling;
+/// on cores that share one, 0.09-0.10 µs either way. Three cells (128 B) measured 10-15% slower
+/// on cores that share a cache, and 13-47% slower in five of six launches on cores that do not.
 pub const LANE_AHEAD_MAX: usize = LANE_FIRST + CELL;
 /// A lane cell: sequence word (the low 32 bits of the cell's position plus one, stored last),
 /// message length (u16), the staged ring's write position when the message was sent (u16, low
@@ -146,9 +148,9 @@ pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 /// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
 pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 /// Smallest communicator whose Reduce stages every shared-memory message. Two processes stage
-/// too since the ring is written with streaming stores ([`STAGED_STREAM_MIN`]): before, their staged
-/// copies collapsed to ~0.3-2 GB/s whenever the two cores did not share a cache, and single
-/// copy held only 0.7-1x Open MPI.
+/// too since the ring is written with streaming stores ([`STAGED_STREAM_MIN`]): before, their
+/// staged copies collapsed to ~0.3-2 GB/s whenever the two cores did not share a cache, and
+/// single copy held only 0.7-1x Open MPI.
 pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 /// Largest Reduce ([`SendHint::op_bytes`]) whose messages a link with one same-host peer reads
 /// single-copy out of a mapping of the sender's buffer (`super::peer_mem`) where the operation

@@ -10,9 +10,9 @@
 //! (`--toggle-collect`), so initialisation is left out. Only the counted rank runs under
 //! valgrind, tens of times slower than its peer, which runs natively: whatever the counted rank
 //! waits for has arrived when it looks, so its count holds no polling and comes out the same
-//! from launch to launch (but for the peer's sleeps: see the test). This file is a test executable of its own because cargo runs test
-//! executables one at a time: tests running beside it would take the CPU from the native peer,
-//! and the counted rank would poll again.
+//! from launch to launch (but for the peer's sleeps: see the test). This file is a test
+//! executable of its own because cargo runs test executables one at a time: tests running
+//! beside it would take the CPU from the native peer, and the counted rank would poll again.
 //!
 //! Budgets are for the `test` profile (`cargo test`), about 10% above what it counts: the change
 //! that took the release build's Broadcast root from 212 to 138 stores per call took this

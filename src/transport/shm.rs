@@ -136,6 +136,8 @@ const MAPPED_COPY_MIN: usize = 8 << 10;
 /// and the receiver's out of it; in an operation that fits the cache the two overlap badly and
 /// single copy measured 1.2-2x faster. In a larger one both processes copying at once, out of
 /// cache-resident rings, beats one reading the sender's cold buffer while the sender idles.
+/// A reducing exchange out of a buffer the peer maps is read in place at any size
+/// (`ShmLink::maps_exchange`): neither side idles there.
 pub const SINGLE_COPY_MAX_ONE_PEER: usize = 1 << 20;
 /// Same-host peers a rank needs before it reads every large message single-copy when
 /// `HCCL_SHM_SINGLE_COPY` is unset. With more peers the rings a rank cycles through outgrow
@@ -975,6 +977,21 @@ impl ShmLink {
             && self.local_mem.find(ptr, len).is_some()
     }
 
+    /// Whether a `len`-byte message at `ptr`, which [`Self::single_copy_for`] would stage, goes
+    /// single-copy because the peer can map its buffer ([`FLAG_MAPPED`]) and this rank receives
+    /// from the peer too (an exchange, such as a two-process AllReduce's): each side then reads
+    /// and reduces the other's buffer in place, both cores busy, with no system call or page
+    /// pinning. Measured with two processes and device memory, AllReduce medians of 5
+    /// interleaved launches, staged against mapped: 2 MiB 388 against 232 µs, 8 MiB 2,626 against
+    /// 1,603, 64 MiB 26,113 against 13,939. Read through the kernel instead (`malloc` buffers),
+    /// single copy gained nothing there, so only a mapped buffer qualifies.
+    fn maps_exchange(&mut self, ptr: usize, len: usize, min: usize) -> bool {
+        self.single_copy
+            && len >= min
+            && self.rx.iter().any(|r| r.got < r.len)
+            && self.local_mem.find(ptr, len).is_some()
+    }
+
     /// Whether a `len`-byte message of an operation whose receives only store, which
     /// `single_copy_for` would read single-copy, is staged in pieces instead
     /// ([`STAGED_COPY_MAX`]). Not while this rank receives plain messages from the peer (an
@@ -1181,7 +1198,8 @@ impl ShmLink {
                 let stored = op.stored;
                 let min = self.copy_min(ptr, len);
                 self.tx[i].cma = self.single_copy_for(len, op_bytes, stored, staged, min)
-                    || (staged && self.maps_instead(ptr, len, op_bytes, min));
+                    || (staged && self.maps_instead(ptr, len, op_bytes, min))
+                    || (!staged && self.maps_exchange(ptr, len, min));
                 let (len, stored) = (self.tx[i].len, self.tx[i].stored);
                 if self.tx[i].cma && self.stages_instead(len, stored) {
                     let op = &mut self.tx[i];
@@ -3722,6 +3740,74 @@ mod tests {
             drive(&mut a, &mut b).unwrap();
             let ok = (0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8));
             assert!(ok, "{what}");
+            assert_eq!(b.peer_mem.mapped() > 0, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_reducing_exchange_reads_mappable_buffers_single_copy_past_the_one_peer_limit() {
+        let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
+        let len = SINGLE_COPY_MAX_ONE_PEER + 4100;
+        let hint = SendHint {
+            op_bytes: 4 * len,
+            ..SendHint::default()
+        };
+        let fill = |b: &mut [u8], k: usize| {
+            b.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = (i * k + 1) as u8)
+        };
+        // (both ranks send, mappable sources, single copy wanted)
+        for (exchange, mappable, want) in [
+            (true, true, true),
+            (true, false, false),
+            (false, true, false),
+        ] {
+            let (mut a, mut b) = links_max(1 << 20, SINGLE_COPY_MAX_ONE_PEER);
+            let fns = local_mem::ShareFns {
+                info: fake_info,
+                epoch: None,
+            };
+            a.local_mem = LocalMem::new(Some(fns));
+            b.local_mem = LocalMem::new(Some(fns));
+            let (mut fa, mut fb) = (FileBuf::new(len, true), FileBuf::new(len, true));
+            let (mut pa, mut pb) = (vec![0u8; len], vec![0u8; len]);
+            let (sa, sb) = if mappable {
+                (fa.bytes(), fb.bytes())
+            } else {
+                (&mut pa[..], &mut pb[..])
+            };
+            fill(sa, 13);
+            fill(sb, 29);
+            let (mut da, mut db) = (vec![5u8; len], vec![9u8; len]);
+            let (mut sh_a, mut sh_b) = (Shared::default(), Shared::default());
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(sa.as_ptr(), len, T, hint).unwrap();
+                b.post_recv(db.as_mut_ptr(), len, Some(sum), T, &mut sh_b)
+                    .unwrap();
+                if exchange {
+                    b.post_send_hinted(sb.as_ptr(), len, T, hint).unwrap();
+                    a.post_recv(da.as_mut_ptr(), len, Some(sum), T, &mut sh_a)
+                        .unwrap();
+                }
+            }
+            let what = format!("exchange {exchange} mappable {mappable}");
+            assert!(a.progress_tx(), "{what}");
+            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
+            if want {
+                let slot = a.out.slot(a.tx[0].last_slot);
+                // SAFETY: the slot is published and not consumed.
+                assert_ne!(unsafe { read_hdr(slot) }.flags & FLAG_MAPPED, 0, "{what}");
+            }
+            drive(&mut a, &mut b).unwrap();
+            let ok = |d: &[u8], k: usize, init: u8| {
+                (0..len).all(|i| d[i] == ((i * k + 1) as u8).wrapping_add(init))
+            };
+            assert!(ok(&db, 13, 9), "{what}: a to b");
+            if exchange {
+                assert!(ok(&da, 29, 5), "{what}: b to a");
+            }
             assert_eq!(b.peer_mem.mapped() > 0, want, "{what}");
         }
     }

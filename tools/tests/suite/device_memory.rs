@@ -74,3 +74,16 @@ fn default_reduce_checks_out_in_device_and_host_memory() {
         }
     }
 }
+
+/// A two-process AllReduce or ReduceScatter of more than 1 MiB, whose messages `malloc` buffers
+/// stage, reduces straight out of the peer's mapped device memory (the library's
+/// `transport::shm` reads a reducing exchange in place), and checks out in both memories.
+#[test]
+fn default_reducing_exchanges_check_out_in_device_and_host_memory() {
+    for op in ["all_reduce", "reduce_scatter"] {
+        for mem in ["device", "host"] {
+            let err = run_with(op, 2, mem, None);
+            assert!(!err.contains("cannot map a buffer"), "{op} {mem}:\n{err}");
+        }
+    }
+}

@@ -3569,7 +3569,12 @@ mod tests {
 
     /// Links whose buffers in [`FILE_BUFS`] are shareable (no epoch: every send asks).
     fn mapped_links() -> (Box<ShmLink>, Box<ShmLink>) {
-        let (mut a, mut b) = links(1 << 20, true);
+        mapped_links_max(usize::MAX)
+    }
+
+    /// [`mapped_links`] reading messages single-copy up to `max` bytes (see `links_max`).
+    fn mapped_links_max(max: usize) -> (Box<ShmLink>, Box<ShmLink>) {
+        let (mut a, mut b) = links_max(1 << 20, max);
         let fns = local_mem::ShareFns {
             info: fake_info,
             epoch: None,
@@ -3700,13 +3705,7 @@ mod tests {
             (one, big, true, false),
             (usize::MAX, big, true, true),
         ] {
-            let (mut a, mut b) = links_max(1 << 20, max);
-            let fns = local_mem::ShareFns {
-                info: fake_info,
-                epoch: None,
-            };
-            a.local_mem = LocalMem::new(Some(fns));
-            b.local_mem = LocalMem::new(Some(fns));
+            let (mut a, mut b) = mapped_links_max(max);
             let hint = SendHint {
                 op_bytes,
                 staged: true,
@@ -3763,13 +3762,7 @@ mod tests {
             (true, false, false),
             (false, true, false),
         ] {
-            let (mut a, mut b) = links_max(1 << 20, SINGLE_COPY_MAX_ONE_PEER);
-            let fns = local_mem::ShareFns {
-                info: fake_info,
-                epoch: None,
-            };
-            a.local_mem = LocalMem::new(Some(fns));
-            b.local_mem = LocalMem::new(Some(fns));
+            let (mut a, mut b) = mapped_links_max(SINGLE_COPY_MAX_ONE_PEER);
             let (mut fa, mut fb) = (FileBuf::new(len, true), FileBuf::new(len, true));
             let (mut pa, mut pb) = (vec![0u8; len], vec![0u8; len]);
             let (sa, sb) = if mappable {

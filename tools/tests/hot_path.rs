@@ -101,13 +101,6 @@ const CASES: [Case; 6] = [
     },
 ];
 
-fn have(prog: &str) -> bool {
-    Command::new(prog)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Instructions and data writes (stores) callgrind counted in one rank's output file.
 fn totals(file: &Path) -> (u64, u64) {
     let text = std::fs::read_to_string(file)
@@ -202,7 +195,7 @@ fn measure(case: &Case, dir: &Path) -> (u64, u64) {
 #[test]
 fn small_calls_stay_within_their_instruction_and_store_budgets() {
     for prog in ["mpirun", "valgrind"] {
-        if !have(prog) {
+        if !common::have(prog) {
             common::skip::skip_unless_ci(&format!(
                 "{prog} not found (scripts/setup.sh installs it)"
             ));

@@ -7,6 +7,14 @@ use std::process::{Command, Output};
 #[path = "../../../tests/common/skip.rs"]
 pub mod skip;
 
+/// Whether `prog --version` runs and succeeds: the program is installed.
+pub fn have(prog: &str) -> bool {
+    Command::new(prog)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Path of one of the crate's binaries.
 pub fn bin(name: &str) -> String {
     match name {

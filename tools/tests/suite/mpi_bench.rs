@@ -30,16 +30,9 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn have(prog: &str) -> bool {
-    Command::new(prog)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Whether MPI is installed; skips (or, under CI, fails) the test when it is not.
 fn mpi_present() -> bool {
-    if have("mpirun") && have("mpicc") {
+    if common::have("mpirun") && common::have("mpicc") {
         return true;
     }
     common::skip::skip_unless_ci(

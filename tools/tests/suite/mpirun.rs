@@ -5,16 +5,9 @@ use crate::common;
 
 use std::process::Command;
 
-fn have(prog: &str) -> bool {
-    Command::new(prog)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn all_reduce_under_mpirun() {
-    if !have("mpirun") {
+    if !common::have("mpirun") {
         common::skip::skip_unless_ci("mpirun not found (scripts/setup.sh installs openmpi-bin)");
         return;
     }

@@ -12,7 +12,8 @@
 #   MEM: where our testers' buffers live (their --mem): device (the default, aclrtMalloc), host,
 #       or both (interleaved with MPI's runs, one table per memory; Barrier, bufferless, runs once).
 #   defaults: 2 ranks, 8 B .. 64M (factor 2), 20 timed iterations per size (SMALL_ITERS = 1000
-#       up to 64 KiB, where one iteration is too short to time alone), 5 warm-up, 3 repeats.
+#       up to 1 MiB, where 20 iterations last a millisecond or less and a wake-up or a
+#       migration decides the row), 5 warm-up, 3 repeats.
 #   OUT.png (default /tmp/compare_mpi.png) is the plot of a single operation; with several, each
 #       goes to OUT_OP.png. Barrier moves no data and has no plot.
 # Environment: HCCL_TOOLS_BIN, a directory holding the testers and hccl_plot (default: cargo
@@ -23,10 +24,10 @@ cd "$(dirname "$0")/.."
 all_ops=(all_reduce all_gather broadcast reduce_scatter reduce alltoall scatter send_recv barrier)
 ranks=2 min=8 max=64M factor=2 iters=20 small_iters=1000 warmup=5 repeats=3 mem=device
 out=/tmp/compare_mpi.png ops=()
-small_max=65536   # sizes up to this run with SMALL_ITERS
+small_max=1048576 # sizes up to this run with SMALL_ITERS
 latency_max=4096  # sizes up to this are compared with the ping-pong round trip
 
-usage() { sed -n '8,19p' "$0" >&2; exit 2; }
+usage() { sed -n '8,20p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     opt=$1
     case $opt in

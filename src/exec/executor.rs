@@ -35,6 +35,31 @@ impl Buffers {
         };
         base + sp.off
     }
+
+    /// The addresses span `sp` covers, end exclusive.
+    fn range(&self, sp: Span) -> (usize, usize) {
+        let a = self.addr(sp);
+        (a, a + sp.len)
+    }
+}
+
+/// Whether two address ranges (end exclusive) share a byte.
+fn meets(x: (usize, usize), y: (usize, usize)) -> bool {
+    x.0 < y.1 && y.0 < x.1
+}
+
+/// Whether action `a`, run in either order with a copy from `src` to `dst` (address ranges),
+/// could change what either leaves behind: it reads `dst`, or writes `src` or `dst`. A
+/// reduction's destination counts as written, which covers its being read.
+fn disturbs(a: &Action, bufs: &Buffers, src: (usize, usize), dst: (usize, usize)) -> bool {
+    let (reads, writes) = match *a {
+        Action::Send { src, .. } => (Some(bufs.range(src)), None),
+        Action::Recv { dst, .. } | Action::RecvReduce { dst, .. } => (None, Some(bufs.range(dst))),
+        Action::Copy { src, dst } | Action::Reduce { dst, src } => {
+            (Some(bufs.range(src)), Some(bufs.range(dst)))
+        }
+    };
+    reads.is_some_and(|r| meets(r, dst)) || writes.is_some_and(|w| meets(w, dst) || meets(w, src))
 }
 
 /// The reduction of an operation, when it has one.
@@ -205,11 +230,7 @@ fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<Fuse
     if !acts.iter().any(|a| matches!(a, Action::RecvReduce { .. })) {
         return None;
     }
-    let range = |sp: Span| {
-        let a = bufs.addr(sp);
-        (a, a + sp.len)
-    };
-    let meets = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
+    let range = |sp: Span| bufs.range(sp);
     for (c, a) in acts.iter().enumerate() {
         let Action::Copy { src, dst } = *a else {
             continue;
@@ -221,23 +242,15 @@ fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<Fuse
         let mut recv = None;
         let mut clash = false;
         for (i, b) in acts.iter().enumerate().filter(|&(i, _)| i != c) {
-            let (reads, writes) = match *b {
-                Action::Send { src, .. } => (Some(range(src)), None),
-                Action::Recv { dst, .. } => (None, Some(range(dst))),
+            match *b {
                 Action::RecvReduce { dst: rd, .. } if range(rd) == d && recv.is_none() => {
                     recv = Some(i);
-                    continue;
                 }
-                Action::RecvReduce { dst, .. } => (Some(range(dst)), Some(range(dst))),
-                Action::Copy { src, dst } | Action::Reduce { dst, src } => {
-                    (Some(range(src)), Some(range(dst)))
+                _ if disturbs(b, bufs, s, d) => {
+                    clash = true;
+                    break;
                 }
-            };
-            if reads.is_some_and(|r| meets(r, d))
-                || writes.is_some_and(|w| meets(w, d) || meets(w, s))
-            {
-                clash = true;
-                break;
+                _ => {}
             }
         }
         if let (Some(recv), false) = (recv, clash) {
@@ -251,7 +264,33 @@ fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<Fuse
     None
 }
 
-/// Runs one step: local copies and reductions, then every send and receive, then waits.
+/// The copies of `step` that can wait until its transfers are posted, as a bit per action
+/// index (the first 64 actions): a `Copy` whose destination no other action reads or writes
+/// and whose source none writes. Its bytes are then the same in either order, and posting
+/// first lets the peers start reading while this rank copies: a Scatter root's own block, or
+/// an AllGather's, no longer holds back what the others wait for.
+fn copies_after_posting(step: &crate::algo::schedule::Step, bufs: &Buffers) -> u64 {
+    let acts = &step.actions;
+    let mut later = 0u64;
+    for (c, a) in acts.iter().enumerate().take(64) {
+        let Action::Copy { src, dst } = *a else {
+            continue;
+        };
+        let (s, d) = (bufs.range(src), bufs.range(dst));
+        let clash = acts
+            .iter()
+            .enumerate()
+            .any(|(i, b)| i != c && disturbs(b, bufs, s, d));
+        if !clash && dst.len > 0 {
+            later |= 1 << c;
+        }
+    }
+    later
+}
+
+/// Runs one step: the local copies and reductions that the transfers may depend on, then
+/// every send and receive, then the copies that nothing else of the step touches
+/// ([`copies_after_posting`]), then waits.
 ///
 /// # Safety
 /// As for [`run`], for this step's spans.
@@ -267,16 +306,14 @@ unsafe fn run_step(
     let need_red =
         || red.ok_or_else(|| Error::new(ErrorKind::Internal, "reduction step without an operator"));
     let fused = fused_copy(step, bufs);
+    let later = copies_after_posting(step, bufs);
+    let is_later = |i: usize| i < 64 && later & (1 << i) != 0;
     for (i, a) in step.actions.iter().enumerate() {
         match *a {
-            Action::Copy { .. } if fused.is_some_and(|f| f.copy == i) => {}
+            Action::Copy { .. } if fused.is_some_and(|f| f.copy == i) || is_later(i) => {}
             Action::Copy { src, dst } => {
-                let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
-                if !std::ptr::eq(s, d) && src.len > 0 {
-                    // SAFETY: both spans lie inside live buffers (the caller's contract);
-                    // `copy` allows them to overlap.
-                    unsafe { std::ptr::copy(s, d, src.len) };
-                }
+                // SAFETY: both spans lie inside live buffers (the caller's contract).
+                unsafe { copy_span(bufs, src, dst) };
             }
             Action::Reduce { dst, src } if src.len > 0 => {
                 let f = need_red()?;
@@ -337,7 +374,30 @@ unsafe fn run_step(
         // (or `abort` on failure) has retired the transfer.
         unsafe { ep.post_recv(peer, bufs.addr(dst) as *mut u8, dst.len, reduce, tag) }?;
     }
+    if later != 0 {
+        // One pass of progress puts the first bytes (or a single-copy message's address) where
+        // the peers find them before this rank turns to its own copies.
+        ep.push()?;
+        for (i, a) in step.actions.iter().enumerate() {
+            if let (Action::Copy { src, dst }, true) = (*a, is_later(i)) {
+                // SAFETY: as above; no posted transfer touches these spans.
+                unsafe { copy_span(bufs, src, dst) };
+            }
+        }
+    }
     ep.wait_all(deadline, Some(&*tags))
+}
+
+/// Copies span `src` to span `dst` (they may overlap; nothing to do when they coincide).
+///
+/// # Safety
+/// Both spans lie inside live buffers.
+unsafe fn copy_span(bufs: &Buffers, src: Span, dst: Span) {
+    let (s, d) = (bufs.addr(src) as *const u8, bufs.addr(dst) as *mut u8);
+    if !std::ptr::eq(s, d) && src.len > 0 {
+        // SAFETY: the caller's contract; `copy` allows the spans to overlap.
+        unsafe { std::ptr::copy(s, d, src.len) };
+    }
 }
 
 #[cfg(test)]
@@ -441,5 +501,73 @@ mod tests {
             ],
         };
         assert!(fused_copy(&plain, &b).is_none());
+    }
+
+    #[test]
+    fn copies_that_nothing_else_touches_wait_until_the_transfers_are_posted() {
+        let b = bufs(0x10000, 0x40000);
+        let later = |actions: Vec<Action>| copies_after_posting(&Step { actions }, &b);
+        let (mine, other) = (sp(Buf::Send, 0, 1024), sp(Buf::Send, 1024, 1024));
+        let (out, theirs) = (sp(Buf::Recv, 0, 1024), sp(Buf::Recv, 1024, 1024));
+        let copy = Action::Copy {
+            src: mine,
+            dst: out,
+        };
+        // A Scatter root: its own block while the other goes out of the same buffer.
+        let send = Action::Send {
+            peer: 1,
+            src: other,
+        };
+        assert_eq!(later(vec![copy, send]), 1);
+        // A direct AllGather: the own block sent from the input, the peer's received beside.
+        let sent = Action::Send { peer: 1, src: mine };
+        let recv = Action::Recv {
+            peer: 1,
+            dst: theirs,
+        };
+        assert_eq!(later(vec![sent, copy, recv]), 0b10);
+        // A ring AllGather's first step sends the copy's destination: it must be there first.
+        assert_eq!(later(vec![copy, Action::Send { peer: 1, src: out }]), 0);
+        // A receive into the source or the destination, or a reduction reading it.
+        assert_eq!(later(vec![copy, Action::Recv { peer: 1, dst: mine }]), 0);
+        let partly = sp(Buf::Recv, 1000, 48);
+        assert_eq!(
+            later(vec![
+                copy,
+                Action::Recv {
+                    peer: 1,
+                    dst: partly
+                }
+            ]),
+            0
+        );
+        assert_eq!(
+            later(vec![copy, Action::RecvReduce { peer: 1, dst: out }]),
+            0
+        );
+        let scratch = sp(Buf::Scratch, 0, 1024);
+        let reduce = Action::Reduce {
+            dst: scratch,
+            src: out,
+        };
+        assert_eq!(later(vec![copy, reduce]), 0);
+        // Chained copies keep their order: neither waits.
+        let next = Action::Copy {
+            src: out,
+            dst: scratch,
+        };
+        assert_eq!(later(vec![copy, next]), 0);
+        // Two copies that share only a source both wait.
+        let beside = Action::Copy {
+            src: mine,
+            dst: scratch,
+        };
+        assert_eq!(later(vec![copy, beside]), 0b11);
+        // Nothing to copy.
+        let empty = Action::Copy {
+            src: sp(Buf::Send, 0, 0),
+            dst: sp(Buf::Recv, 0, 0),
+        };
+        assert_eq!(later(vec![empty, send]), 0);
     }
 }

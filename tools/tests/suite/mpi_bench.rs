@@ -432,7 +432,7 @@ fn compare_script_covers_every_operation() {
 }
 
 /// Medians over two repeats, and the sweep split where the iteration count changes (the last
-/// size, past 64 KiB, comes from a second run with -i iterations).
+/// size, past 1 MiB, comes from a second run with -i iterations).
 #[test]
 fn compare_script_prints_medians_and_plots() {
     if !mpi_present() {
@@ -446,9 +446,9 @@ fn compare_script_prints_medians_and_plots() {
         "-b",
         "8",
         "-e",
-        "128K",
+        "2M",
         "-f",
-        "128",
+        "512",
         "-i",
         "3",
         "-s",
@@ -461,7 +461,7 @@ fn compare_script_prints_medians_and_plots() {
     let (o, dir) = compare("medians", &args);
     let (out, err) = (stdout(&o), stderr(&o));
     assert!(o.status.success(), "{out}\n{err}");
-    assert_table(&out, "all_reduce", &[8, 1024, 131072]);
+    assert_table(&out, "all_reduce", &[8, 4096, 2097152]);
     assert_table(&out, "barrier", &[0]);
     assert!(err.contains("== all_reduce repeat 2/2"), "{err}");
     assert_eq!(summary(&out).len(), 2, "{out}");

@@ -517,7 +517,7 @@ unsafe fn exchange(
             }
             let tag = tags.to(root, b);
             // SAFETY: `send` holds `b` bytes, valid until `wait_all` retires the transfer.
-            unsafe { send_to(ep, root, send as *const u8, b, tag, false) }?;
+            unsafe { send_to(ep, root, send as *const u8, b, tag, true) }?;
             finish(ep, posted, timeout, tags)?;
         }
         Kind::Broadcast { root } | Kind::Scatter { root } if root == me => {
@@ -532,9 +532,8 @@ unsafe fn exchange(
                 let src = if scatter { send + p as usize * b } else { send };
                 let tag = tags.to(p, b);
                 // SAFETY: the root's buffer holds the block (Scatter: `n` blocks of `b` bytes),
-                // valid and unmodified until `wait_all` retires the transfer. An eager root runs
-                // ahead of its receivers.
-                unsafe { send_to(ep, p, src as *const u8, b, tag, s.is_eager(p)) }?;
+                // valid and unmodified until `wait_all` retires the transfer.
+                unsafe { send_to(ep, p, src as *const u8, b, tag, true) }?;
             }
             if scatter {
                 // SAFETY: the root's own block and `recv` hold `b` bytes each.
@@ -591,9 +590,9 @@ unsafe fn swap_all(
 }
 
 /// Sends `len` bytes at `src` tagged `tag` to `peer`: straight into the link when nothing is
-/// queued to the peer and the link has room (see [`Endpoint::send_now`]; [`Endpoint::send_ahead`]
-/// when this rank runs `ahead` of the peer), else by posting the send, which [`finish`]
-/// completes.
+/// queued to the peer and the link has room (see [`Endpoint::send_now`]; when the peer sends
+/// this rank no data in the operation, `one_way`, [`Endpoint::send_one_way`]), else by posting
+/// the send, which [`finish`] completes.
 ///
 /// # Safety
 /// `src` must be valid for reads of `len` bytes and stay unmodified until [`finish`] returns.
@@ -603,12 +602,12 @@ unsafe fn send_to(
     src: *const u8,
     len: usize,
     tag: Tag,
-    ahead: bool,
+    one_way: bool,
 ) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let sent = unsafe {
-        match ahead {
-            true => ep.send_ahead(peer, src, len, &tag),
+        match one_way {
+            true => ep.send_one_way(peer, src, len, &tag),
             false => ep.send_now(peer, src, len, &tag),
         }
     };

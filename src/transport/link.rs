@@ -214,12 +214,13 @@ pub trait Link: Send {
         false
     }
 
-    /// [`Link::send_now`] for a sender that runs ahead of its receiver (the root of an eager
-    /// Broadcast or Scatter), which a link may carry in a deeper queue.
+    /// [`Link::send_now`] for a message whose receiver sends this rank no data in the same
+    /// operation (a Broadcast or Scatter root's, a Reduce leaf's), which a link may carry
+    /// differently from one of an exchange.
     ///
     /// # Safety
     /// As for [`Link::send_now`].
-    unsafe fn send_ahead(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+    unsafe fn send_one_way(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
         // SAFETY: forwarded.
         unsafe { self.send_now(ptr, len, tag) }
     }

@@ -411,18 +411,24 @@ impl Endpoint {
         unsafe { self.links[peer as usize].send_now(ptr, len, tag) }
     }
 
-    /// [`Endpoint::send_now`] for a sender that runs ahead of `peer` (see
-    /// [`Link::send_ahead`]).
+    /// [`Endpoint::send_now`] for a message to a `peer` that sends this rank no data in the
+    /// same operation (see [`Link::send_one_way`]).
     ///
     /// # Safety
     /// As for [`Endpoint::send_now`].
     #[inline]
-    pub unsafe fn send_ahead(&mut self, peer: u32, ptr: *const u8, len: usize, tag: &Tag) -> bool {
+    pub unsafe fn send_one_way(
+        &mut self,
+        peer: u32,
+        ptr: *const u8,
+        len: usize,
+        tag: &Tag,
+    ) -> bool {
         if self.broken.is_some() {
             return false;
         }
         // SAFETY: forwarded.
-        unsafe { self.links[peer as usize].send_ahead(ptr, len, tag) }
+        unsafe { self.links[peer as usize].send_one_way(ptr, len, tag) }
     }
 
     /// Completes every posted operation, failing at `deadline` (None: wait forever); `expect`

@@ -91,13 +91,21 @@ const LANE_BYTES: usize = LANE_CELLS * CELL;
 /// Largest message sent by the lane: its header cell carries 32 bytes of it, each further
 /// cell 64.
 pub const LANE_MAX: usize = 1024;
-/// Largest message a sender that runs ahead of its receiver ([`Link::send_ahead`]) sends by the
-/// lane when it has room, whatever the host: two cells (up to 96 bytes). With two processes on
-/// cores that share no cache, Scatter and Broadcast roots' messages of 32-64 B took 0.20-0.26 µs
-/// per call by the lane against 0.28-0.30 by the ring, whose eight slots the root kept filling;
-/// on cores that share one, 0.09-0.10 µs either way. Three cells (128 B) measured 10-15% slower
-/// on cores that share a cache, and 13-47% slower in five of six launches on cores that do not.
-pub const LANE_AHEAD_MAX: usize = LANE_FIRST + CELL;
+/// Largest message that goes by the lane, when it has room, on a host that is not crowded and
+/// while the peer sends to this rank too: two cells (up to 96 bytes). A one-way message
+/// ([`Link::send_one_way`]: a root's, a Reduce leaf's) goes by the lane up to
+/// [`LANE_ONE_WAY_MAX`], and any message on a crowded host up to [`LANE_MAX`]. A ring message
+/// takes a header line, its data lines and the receiver's store to `consumed`, which the sender
+/// reads back every [`NSLOTS`] messages; a lane message takes its cells. Two processes on cores
+/// that share no cache (cache-line round trip 0.29 µs), one launch of `lib_ab` per row, lane
+/// over ring time: Reduce 48-64 B 0.11-0.12 µs against 0.25-0.33, 96 B 0.18-0.19 against
+/// 0.28-0.31, 128-512 B 0.78-0.91x; Broadcast 128-512 B 0.66-0.85x, Scatter 128-512 B
+/// 0.47-0.90x; 1 KiB messages 1.05-1.44x; AllReduce, AllGather and AlltoAll 48-96 B
+/// 0.79-0.96x, but AllReduce 128-512 B 1.03-1.30x (as before: 20-30% slower at 32-256 B).
+pub const LANE_EXCHANGE_MAX: usize = LANE_FIRST + CELL;
+/// Largest one-way message that goes by the lane on a host that is not crowded (see
+/// [`LANE_EXCHANGE_MAX`]).
+pub const LANE_ONE_WAY_MAX: usize = 512;
 /// A lane cell: sequence word (the low 32 bits of the cell's position plus one, stored last),
 /// message length (u16), the staged ring's write position when the message was sent (u16, low
 /// bits: the receiver's read position is never more than [`NSLOTS`] behind it), tag, and the
@@ -113,6 +121,7 @@ const _: () = assert!(LANE_FIRST <= SHORT_COPY_MAX);
 const _: () = assert!(LANE_CELLS <= 64 && LANE_CELLS.is_power_of_two());
 const _: () = assert!(lane_cells(LANE_MAX) < LANE_CELLS as u64);
 const _: () = assert!(LANE_MAX <= u16::MAX as usize && NSLOTS < 1 << 15);
+const _: () = assert!(LANE_EXCHANGE_MAX <= LANE_ONE_WAY_MAX && LANE_ONE_WAY_MAX <= LANE_MAX);
 /// Largest ring per channel: enough to keep staged copies pipelined and cache-resident.
 pub const MAX_RING_BYTES: usize = 1 << 20;
 const MIN_SLOT_BYTES: usize = 4096;
@@ -1005,8 +1014,8 @@ impl ShmLink {
     }
 
     /// Publishes a message of at most [`LANE_MAX`] bytes in the lane when it has room (without
-    /// ringing the peer's bell); false when it has not, or when it spans several cells on a
-    /// host that is not crowded and the sender does not run `ahead` ([`LANE_AHEAD_MAX`]). The
+    /// ringing the peer's bell); false when it has not, or when it is longer than `max` on a
+    /// host that is not crowded ([`LANE_EXCHANGE_MAX`]). The
     /// cell records the ring's write position, so the receiver takes it before any slot
     /// published after it and after every slot published before it.
     ///
@@ -1015,11 +1024,8 @@ impl ShmLink {
     // Inlined into the sends: an out-of-line call saves registers, and a small call's stores
     // queue behind the message's (see `base::error`).
     #[inline(always)]
-    unsafe fn lane_put(&mut self, ptr: *const u8, len: usize, tag: &Tag, ahead: bool) -> bool {
-        // A message of more than one cell goes by the lane only on a crowded host, where the
-        // ring's depth binds: with a core per rank the receiver keeps up with eight slots, and
-        // such messages measured 20-30% slower by the lane (two processes, 32-256 B AllReduce).
-        if len > LANE_MAX || (len > LANE_FIRST && !ahead && !self.own.backoff.crowded()) {
+    unsafe fn lane_put(&mut self, ptr: *const u8, len: usize, tag: &Tag, max: usize) -> bool {
+        if len > LANE_MAX || (len > max && !self.own.backoff.crowded()) {
             return false;
         }
         let n = lane_cells(len);
@@ -1071,6 +1077,66 @@ impl ShmLink {
             .cell_seq(k)
             .store(cell_seq_of(k), Ordering::Release);
         self.lane_wr = k + n;
+        true
+    }
+
+    /// Publishes a message straight into the lane when it has room and the message is at most
+    /// `lane_max` bytes (see [`ShmLink::lane_put`]), else into one slot of the ring: header, tag
+    /// and data (inline in the header's line up to `INLINE_MAX` bytes), then the sequence word,
+    /// then one ring of the peer's bell, which enters the kernel only when the peer sleeps. The
+    /// slot is exactly what the queued path would publish for the same message (messages this
+    /// small never go single-copy), so the receiving side cannot tell the two apart.
+    ///
+    /// # Safety
+    /// `ptr` must hold `len` bytes.
+    #[inline(always)]
+    unsafe fn send_direct(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        tag: &Tag,
+        lane_max: usize,
+    ) -> bool {
+        if !self.tx.is_empty() || len > self.out.slot_bytes || len >= MAPPED_COPY_MIN {
+            return false;
+        }
+        // SAFETY: `ptr` holds `len` bytes (the caller's contract).
+        if unsafe { self.lane_put(ptr, len, tag, lane_max) } {
+            self.chime();
+            return true;
+        }
+        if self.wr - self.consumed_seen >= NSLOTS as u64 {
+            self.consumed_seen = self.out.consumed().load(Ordering::Acquire);
+            if self.wr - self.consumed_seen >= NSLOTS as u64 {
+                // Full: the queued path asks the receiver for a ring and waits.
+                return false;
+            }
+        }
+        let slot = self.out.slot(self.wr);
+        let inline = len <= INLINE_MAX;
+        let flags = FLAG_FIRST | if inline { FLAG_INLINE } else { 0 };
+        // SAFETY: the slot is ours until published (wr - consumed < NSLOTS); `ptr` holds `len`
+        // bytes (the caller's contract), which fit the slot's data area (inline: INLINE_MAX).
+        // The data lines first, the header line last (see `write_hdr`).
+        unsafe {
+            if len > 0 {
+                let off = if inline { INLINE_OFF } else { SLOT_HDR };
+                std::ptr::copy_nonoverlapping(ptr, slot.add(off), len);
+            }
+            write_hdr(
+                slot,
+                SlotHdr {
+                    len: len as u32,
+                    flags,
+                    total: len as u64,
+                    addr: ptr as u64,
+                },
+                tag,
+            );
+        }
+        self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
+        self.wr += 1;
+        self.chime();
         true
     }
 
@@ -1185,7 +1251,7 @@ impl ShmLink {
                 {
                     let (ptr, len, tag) = (op.ptr as *const u8, op.len, op.tag);
                     // SAFETY: the source holds `len` bytes (post_send's contract).
-                    if unsafe { self.lane_put(ptr, len, &tag, false) } {
+                    if unsafe { self.lane_put(ptr, len, &tag, LANE_EXCHANGE_MAX) } {
                         let op = &mut self.tx[i];
                         op.off = len;
                         op.published = true;
@@ -2010,70 +2076,18 @@ impl Link for ShmLink {
         true
     }
 
-    /// Publishes a message that fits one slot straight into the ring: header, tag and data
-    /// (inline in the header's line up to `INLINE_MAX` bytes), then the sequence word, then
-    /// one ring of the peer's bell, which enters the kernel only when the peer sleeps. The slot
-    /// is exactly what the queued path would publish for the same message (messages this
-    /// small never go single-copy), so the receiving side cannot tell the two apart.
-    // Inlined into `send_ahead`, as `lane_put` is into both.
+    /// Publishes a message that fits the lane or one slot straight into the link (see
+    /// `ShmLink::send_direct`).
     #[inline(always)]
     unsafe fn send_now(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
-        if !self.tx.is_empty() || len > self.out.slot_bytes || len >= MAPPED_COPY_MIN {
-            return false;
-        }
-        // SAFETY: `ptr` holds `len` bytes (the caller's contract).
-        if unsafe { self.lane_put(ptr, len, tag, false) } {
-            self.chime();
-            return true;
-        }
-        if self.wr - self.consumed_seen >= NSLOTS as u64 {
-            self.consumed_seen = self.out.consumed().load(Ordering::Acquire);
-            if self.wr - self.consumed_seen >= NSLOTS as u64 {
-                // Full: the queued path asks the receiver for a ring and waits.
-                return false;
-            }
-        }
-        let slot = self.out.slot(self.wr);
-        let inline = len <= INLINE_MAX;
-        let flags = FLAG_FIRST | if inline { FLAG_INLINE } else { 0 };
-        // SAFETY: the slot is ours until published (wr - consumed < NSLOTS); `ptr` holds `len`
-        // bytes (the caller's contract), which fit the slot's data area (inline: INLINE_MAX).
-        // The data lines first, the header line last (see `write_hdr`).
-        unsafe {
-            if len > 0 {
-                let off = if inline { INLINE_OFF } else { SLOT_HDR };
-                std::ptr::copy_nonoverlapping(ptr, slot.add(off), len);
-            }
-            write_hdr(
-                slot,
-                SlotHdr {
-                    len: len as u32,
-                    flags,
-                    total: len as u64,
-                    addr: ptr as u64,
-                },
-                tag,
-            );
-        }
-        self.out.seq(self.wr).store(self.wr + 1, Ordering::Release);
-        self.wr += 1;
-        self.chime();
-        true
+        // SAFETY: forwarded.
+        unsafe { self.send_direct(ptr, len, tag, LANE_EXCHANGE_MAX) }
     }
 
-    /// A message of a few cells goes by the lane (see [`LANE_AHEAD_MAX`]), anything else as by
-    /// [`Link::send_now`].
-    unsafe fn send_ahead(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
-        if self.tx.is_empty()
-            && (LANE_FIRST + 1..=LANE_AHEAD_MAX).contains(&len)
-            // SAFETY: `ptr` holds `len` bytes (the caller's contract).
-            && unsafe { self.lane_put(ptr, len, tag, true) }
-        {
-            self.chime();
-            return true;
-        }
+    /// [`Link::send_now`] with the lane open up to [`LANE_ONE_WAY_MAX`] bytes.
+    unsafe fn send_one_way(&mut self, ptr: *const u8, len: usize, tag: &Tag) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.send_now(ptr, len, tag) }
+        unsafe { self.send_direct(ptr, len, tag, LANE_ONE_WAY_MAX) }
     }
 
     /// Single-copy reductions read through `shared.stage`, grown once to [`REDUCE_CHUNK`].
@@ -2728,29 +2742,46 @@ mod tests {
     }
 
     #[test]
-    fn a_sender_ahead_sends_messages_of_a_few_cells_by_the_lane_in_order() {
+    fn small_messages_go_by_the_lane_in_order_up_to_their_limit() {
         use crate::transport::tag::OpKind;
         let tag = |count| op_tag(OpKind::Scatter, count);
         let (mut a, mut b) = links(32 << 10, false);
         let mut shared = Shared::default();
-        // Messages of up to two cells by the lane, larger ones by the ring, interleaved: the
-        // receiver takes them in the order sent, directly or by the queued path, bit for bit.
-        let lens = [LANE_AHEAD_MAX, 256, 25, 8, LANE_AHEAD_MAX, 256];
-        let msgs: Vec<Vec<u8>> = lens
+        // Messages of an exchange by the lane up to two cells, one-way ones up to
+        // LANE_ONE_WAY_MAX, larger ones by the ring, interleaved: the receiver takes them in the
+        // order sent, directly or by the queued path, bit for bit.
+        let two = LANE_EXCHANGE_MAX;
+        let sends = [
+            (two, false),
+            (256, false),
+            (25, false),
+            (256, true),
+            (8, false),
+            (two, false),
+            (LANE_ONE_WAY_MAX, true),
+            (LANE_FIRST + 1, false),
+            (two + 1, false),
+            (LANE_ONE_WAY_MAX + 1, true),
+        ];
+        let msgs: Vec<Vec<u8>> = sends
             .iter()
             .enumerate()
-            .map(|(k, &len)| (0..len).map(|i| (i * 7 + k) as u8).collect())
+            .map(|(k, &(len, _))| (0..len).map(|i| (i * 7 + k) as u8).collect())
             .collect();
-        for (k, m) in msgs.iter().enumerate() {
+        for (k, (m, &(len, one_way))) in msgs.iter().zip(&sends).enumerate() {
             let (lane, ring) = (a.lane_wr, a.wr);
+            let t = tag(len as u64);
             // SAFETY: `m` holds its length in bytes.
-            assert!(unsafe { a.send_ahead(m.as_ptr(), m.len(), &tag(m.len() as u64)) });
-            assert_eq!(
-                a.lane_wr > lane,
-                m.len() <= LANE_AHEAD_MAX,
-                "{k}: by the lane"
-            );
-            assert_eq!(a.wr > ring, m.len() > LANE_AHEAD_MAX, "{k}: by the ring");
+            let sent = unsafe {
+                match one_way {
+                    true => a.send_one_way(m.as_ptr(), len, &t),
+                    false => a.send_now(m.as_ptr(), len, &t),
+                }
+            };
+            assert!(sent, "{k}");
+            let by_lane = len <= if one_way { LANE_ONE_WAY_MAX } else { two };
+            assert_eq!(a.lane_wr > lane, by_lane, "{k}: by the lane");
+            assert_eq!(a.wr > ring, !by_lane, "{k}: by the ring");
         }
         for (k, m) in msgs.iter().enumerate() {
             let mut dst = vec![0u8; m.len()];
@@ -2769,12 +2800,6 @@ mod tests {
             assert_eq!(&dst, m, "{k}");
         }
         assert!(a.idle() && b.idle());
-        // Without running ahead, such a message takes the ring on a host that is not crowded.
-        let m = [3u8; LANE_AHEAD_MAX];
-        let lane = a.lane_wr;
-        // SAFETY: `m` holds its length in bytes.
-        assert!(unsafe { a.send_now(m.as_ptr(), m.len(), &tag(m.len() as u64)) });
-        assert_eq!(a.lane_wr, lane);
     }
 
     #[test]

@@ -230,12 +230,11 @@ fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<Fuse
     if !acts.iter().any(|a| matches!(a, Action::RecvReduce { .. })) {
         return None;
     }
-    let range = |sp: Span| bufs.range(sp);
     for (c, a) in acts.iter().enumerate() {
         let Action::Copy { src, dst } = *a else {
             continue;
         };
-        let (s, d) = (range(src), range(dst));
+        let (s, d) = (bufs.range(src), bufs.range(dst));
         if dst.len == 0 || (meets(s, d) && s != d) {
             continue;
         }
@@ -243,7 +242,7 @@ fn fused_copy(step: &crate::algo::schedule::Step, bufs: &Buffers) -> Option<Fuse
         let mut clash = false;
         for (i, b) in acts.iter().enumerate().filter(|&(i, _)| i != c) {
             match *b {
-                Action::RecvReduce { dst: rd, .. } if range(rd) == d && recv.is_none() => {
+                Action::RecvReduce { dst: rd, .. } if bufs.range(rd) == d && recv.is_none() => {
                     recv = Some(i);
                 }
                 _ if disturbs(b, bufs, s, d) => {

@@ -49,6 +49,10 @@ impl<W: Wait> Wait for BellWait<'_, W> {
     fn here(&mut self, cpu: u32) -> bool {
         self.also.here(cpu)
     }
+
+    fn crowd(&mut self, cpu: u32, share: u32) -> bool {
+        self.also.crowd(cpu, share)
+    }
 }
 
 impl Doorbell {

@@ -164,6 +164,12 @@ impl Wait for PeerWait<'_> {
             .iter()
             .any(|&p| ep.links[p as usize].peer_cpu() == cpu)
     }
+
+    fn crowd(&mut self, cpu: u32, share: u32) -> bool {
+        self.here(cpu);
+        let ep = self.ep;
+        backoff::one_too_many(ep.me, cpu, share, |p| ep.links[p as usize].peer_cpu())
+    }
 }
 
 /// How an endpoint's last sleep on a medium's bell ended.

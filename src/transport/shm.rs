@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::backoff::{publish_cpu, Backoff, Wait, NO_CPU};
+use super::backoff::{host_cores, publish_cpu, Backoff, Wait, NO_CPU};
 use super::link::{Link, LinkInfo, Medium, Reach, SendHint, Shared, Wake};
 use super::local_mem::{self, LocalMem, ShareDesc};
 use super::peer_mem::{PeerMem, Refusal};
@@ -530,7 +530,7 @@ impl Segment {
             Arc::new(Segment {
                 map,
                 geo,
-                backoff: Backoff::new(crowded),
+                backoff: Backoff::new(crowded).sharing(nchan + 1, host_cores()),
             }),
             fd,
         ))
@@ -566,6 +566,9 @@ impl Segment {
             }
             fn here(&mut self, cpu: u32) -> bool {
                 self.also.here(cpu)
+            }
+            fn crowd(&mut self, cpu: u32, share: u32) -> bool {
+                self.also.crowd(cpu, share)
             }
         }
         let mut w = SegWait {

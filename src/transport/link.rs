@@ -55,7 +55,8 @@ pub struct SendHint {
     /// Stage the message at any size, never read it single-copy: set for a Reduce between
     /// processes of one host, whose receivers reduce what arrives while their senders would
     /// otherwise idle. Staged, a sender's copy into the link overlaps its receiver's reduction
-    /// out of it; read single-copy, the receiver copies and reduces alone.
+    /// out of it; read single-copy, the receiver copies and reduces alone. A link on a host
+    /// with more ranks than cores ignores it: there the two copies do not overlap.
     pub staged: bool,
 }
 

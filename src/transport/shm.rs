@@ -177,9 +177,14 @@ pub const SINGLE_COPY_MAX_ONE_PEER: usize = 1 << 20;
 /// size.
 pub const SINGLE_COPY_MIN_PEERS: usize = 2;
 /// Largest communicator whose Reduce stages every shared-memory message (see
-/// [`SendHint::staged`]). Measured on a 2-core VM, staged over single copy: 2 processes 2-3x
-/// from 128 KiB to 64 MiB, 4 processes 1.5-2x from 128 KiB to 4 MiB; 8 processes 0.6-0.85x from
-/// 256 KiB to 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy.
+/// [`SendHint::staged`]), on a host with a core per rank. Measured on a 2-core VM, staged over
+/// single copy: 2 processes 2-3x from 128 KiB to 64 MiB; 8 processes 0.6-0.85x from 256 KiB to
+/// 1 MiB (their rings outgrow the cache) and 1.1-1.4x from 2 MiB, left single-copy. On a host
+/// with more ranks than cores no message is staged for that reason: 3 and 4 processes on the
+/// 2-core VM, host memory, three alternating launches each, single copy took 0.63-1.0x the
+/// staged time from 256 KiB to 4 MiB (4 processes at 4 MiB: 1.33-1.47 ms against 1.54-1.73),
+/// and 0.93-1.27x at 128 KiB; an earlier measurement had found staging 1.5-2x faster at 4
+/// processes.
 pub const STAGED_REDUCE_MAX_RANKS: u32 = 4;
 /// Smallest communicator whose Reduce stages every shared-memory message. Two processes stage
 /// too since the ring is written with streaming stores ([`STAGED_STREAM_MIN`]): before, their
@@ -2097,7 +2102,9 @@ impl Link for ShmLink {
             tag,
             op_bytes: hint.op_bytes,
             stored: hint.stored,
-            staged: hint.staged,
+            // On a crowded host the ranks that would overlap their copies share cores: the
+            // receiver's single copy moves fewer bytes (see `STAGED_REDUCE_MAX_RANKS`).
+            staged: hint.staged && !self.own.backoff.crowded(),
             off: 0,
             // Decided at the first slot (`single_copy_for`).
             cma: false,
@@ -3381,17 +3388,23 @@ mod tests {
     }
 
     #[test]
-    fn a_staged_hint_stages_at_any_size_and_delivers_the_same_reduction() {
+    fn a_staged_hint_stages_at_any_size_unless_crowded_and_delivers_the_same_reduction() {
         let len = 3 << 20;
         let staged = SendHint {
             staged: true,
             ..SendHint::default()
         };
         let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
-        // Single copy at any size (several peers) and up to its limit (one peer).
-        for max in [usize::MAX, SINGLE_COPY_MAX_ONE_PEER] {
-            let (mut a, mut b) = links_max(1 << 20, max);
-            for (hint, want) in [(staged, false), (SendHint::default(), max == usize::MAX)] {
+        // Single copy at any size (several peers) and up to its limit (one peer); on a crowded
+        // host the hint is ignored.
+        for (max, crowded) in [
+            (usize::MAX, false),
+            (SINGLE_COPY_MAX_ONE_PEER, false),
+            (usize::MAX, true),
+        ] {
+            let (mut a, mut b) = links_opts(1 << 20, max, crowded);
+            let single = max == usize::MAX;
+            for (hint, want) in [(staged, single && crowded), (SendHint::default(), single)] {
                 let src: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
                 let mut dst: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
                 // SAFETY: buffers outlive the drive below.
@@ -3401,7 +3414,7 @@ mod tests {
                         .unwrap();
                 }
                 assert!(a.progress_tx());
-                let what = format!("max {max} {hint:?}");
+                let what = format!("max {max} crowded {crowded} {hint:?}");
                 assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
                 drive(&mut a, &mut b).unwrap();
                 let exact =

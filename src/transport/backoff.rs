@@ -90,7 +90,9 @@ impl<F: FnMut() -> bool> Wait for Until<F> {
 /// (rank `p` last seen on `peer_cpu(p)`) were last seen on the same CPU. Ranks that see the
 /// same placement agree on which of them leave: the highest ones.
 pub fn one_too_many(me: u32, cpu: u32, share: u32, peer_cpu: impl Fn(u32) -> u32) -> bool {
-    if cpu == NO_CPU {
+    // Fewer ranks than `share` sit below `me` at all: nothing to count (the waiter's
+    // publications pass `u32::MAX`).
+    if cpu == NO_CPU || u64::from(share) > u64::from(me) {
         return false;
     }
     let below = (0..me).filter(|&p| peer_cpu(p) == cpu).count();
@@ -315,9 +317,7 @@ impl Backoff {
             colocated = !self.crowded && w.here(current_cpu());
         }
     }
-}
 
-impl Backoff {
     /// One round of a crowded waiter: every [`CROWD_CHECK_EVERY`] rounds, publishes where it
     /// runs and moves to another CPU when `w` finds it one rank too many there
     /// ([`Wait::crowd`]). The kernel places the moved rank; it is not pinned.

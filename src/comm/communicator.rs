@@ -576,7 +576,6 @@ impl Communicator {
                     crowded: on_host > cores,
                     share_copies: cfg.env.shm_share,
                     stream_stores: cfg.env.shm_stream,
-                    single_copy_setting: cfg.env.shm_single_copy,
                 };
                 for (p, a) in crate::transport::shm::introduce(rank, local, opts, dl)? {
                     match a {

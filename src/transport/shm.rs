@@ -139,6 +139,8 @@ const LANE_DATA_OFF: usize = LANE_TAG_OFF + TAG_LEN;
 const LANE_FIRST: usize = CELL - LANE_DATA_OFF;
 // A header cell's bytes are copied without a `memcpy` call.
 const _: () = assert!(LANE_FIRST <= SHORT_COPY_MAX);
+const _: () = assert!(MAPPED_COPY_MIN <= SINGLE_COPY_MIN_OWN_CORE);
+const _: () = assert!(SINGLE_COPY_MIN_OWN_CORE <= SINGLE_COPY_MIN);
 const _: () = assert!(LANE_CELLS <= 64 && LANE_CELLS.is_power_of_two());
 // A receiver that has taken everything leaves the longest message room (one spare cell, and
 // fewer than LANE_PUBLISH_EVERY cells taken but not yet published).
@@ -152,6 +154,19 @@ const MIN_SLOT_BYTES: usize = 4096;
 /// slot or two is not pipelined when staged: its two copies run one after the other, and from
 /// 32 KiB the kernel copy's fixed cost (a system call, pinning the pages) is the smaller loss.
 pub const SINGLE_COPY_MIN: usize = 32 << 10;
+/// [`SINGLE_COPY_MIN`] for a message of an operation whose receives only store
+/// ([`SendHint::stored`]) on a host with a core per rank, where the receiver reads at once and
+/// the sender's wait is short: a system call reads 16 KiB in 0.7 µs there, where staging moves
+/// each line across the cores twice. Measured on the 2-core VM, 2 processes, host memory,
+/// three launches alternating with 32 KiB, 16 KiB messages: Broadcast 1.5-1.9 against 2.1 µs,
+/// Send/Recv 2.1-2.3 against 3.3, AllGather 1.8 against 2.0-2.1, AlltoAll 1.8-2.0 against
+/// 2.1-2.2, Scatter 1.8-2.0 against 2.2. At 8 KiB the results were mixed (Scatter 5% slower,
+/// Send/Recv 10% faster). On a crowded host single copy lost from 8 to 16 KiB (4 processes:
+/// Broadcast 6.2-6.9 against 3.3-4.3 µs): there the staged sender goes on at once, while a
+/// single-copy one waits for a receiver that may not be running. A reduced message keeps
+/// [`SINGLE_COPY_MIN`]: two-process AllReduce of 32 KiB, whose 16 KiB halves are exchanged and
+/// reduced, took 7.7-8.0 µs single-copy against 5.7-5.9 staged.
+pub const SINGLE_COPY_MIN_OWN_CORE: usize = 16 << 10;
 /// [`SINGLE_COPY_MIN`] for a message whose buffer the peer can map ([`FLAG_MAPPED`]): the
 /// receiver reads it in place, with no system call or page pinning, only the sender's wait
 /// until it has been read. Measured on the 2-core VM, device memory, loaded, medians of 4-5
@@ -241,29 +256,6 @@ pub fn single_copy_max(setting: Option<bool>, peers: usize) -> usize {
     }
 }
 
-/// Largest message of an operation whose receives only store ([`SendHint::stored`]) that the
-/// link of a rank with one same-host peer and a core of its own stages in [`STAGED_PIECES`]
-/// pieces instead of reading it single-copy, when the link writes its ring with streaming
-/// stores (`transport::ring_stores`: the two cores share no cache). One `process_vm_readv`
-/// pins each 4 KiB page of the sender's buffer (~0.3-0.45 µs a page); pieces streamed through
-/// the ring, the sender filling one while the receiver empties the last, beat it there.
-/// Measured on the 2-core VM, loaded, cores apart (round trip 0.38-0.44 µs), busbw of pieces
-/// over single copy, medians of 3 interleaved launches: Broadcast 1.1-2.3x (512 KiB 0.87x)
-/// and Scatter 1.0-2.1x from 32 KiB to 4 MiB. Not measured to win elsewhere: with plain
-/// stores (shared cache) pieces are unmeasured; 4 processes on the 2 cores (crowded) measured
-/// 0.5-1.4x, in two runs that disagreed.
-pub const STAGED_COPY_MAX: usize = 4 << 20;
-
-/// The largest stored message a link stages in pieces rather than reading it single-copy
-/// ([`STAGED_COPY_MAX`]): none when `setting` (`HCCL_SHM_SINGLE_COPY`) decides, when the
-/// link writes its ring with plain stores (`streams` false), on a `crowded` host, or when the
-/// rank has more than one same-host peer.
-pub fn staged_copy_max(setting: Option<bool>, streams: bool, peers: usize, crowded: bool) -> usize {
-    match setting {
-        None if streams && peers == 1 && !crowded => STAGED_COPY_MAX,
-        _ => 0,
-    }
-}
 /// Bytes a single-copy receive moves per progress call, so other links keep moving meanwhile.
 const CMA_STEP: usize = 1 << 20;
 /// Single-copy messages that a plain receive (no reduction) stores from this size up are
@@ -957,13 +949,13 @@ pub struct ShmLink {
     single_copy_max: usize,
     /// Whether staged messages from [`STAGED_STREAM_MIN`] up are written with streaming stores.
     stream_stores: bool,
-    /// Stored messages up to this size that would go single-copy are staged in pieces
-    /// instead ([`staged_copy_max`], used while the link streams).
-    staged_copy_max: usize,
     /// The run-time re-measurements of the round trip that decides `stream_stores`, when
     /// `HCCL_SHM_STREAM` leaves it to the link: the lower rank pings, the higher one answers.
     prober: Option<ring_stores::Prober>,
     responder: Option<ring_stores::Responder>,
+    /// Whether a round trip measured on this link saw where the two cores are
+    /// (`ring_stores::placement_seen`): both ends see the same measurements, so they agree.
+    placement_seen: bool,
     stream: TcpStream,
     tx: VecDeque<TxOp>,
     rx: VecDeque<RxOp>,
@@ -1040,15 +1032,22 @@ impl ShmLink {
         (exchange && !reducing) || size <= self.single_copy_max
     }
 
-    /// The smallest single-copy message for a `len`-byte one at `ptr`: [`MAPPED_COPY_MIN`]
-    /// when the peer can map its buffer, else [`SINGLE_COPY_MIN`] (the buffer is looked up
-    /// only for a length in between).
-    fn copy_min(&mut self, ptr: usize, len: usize) -> usize {
-        let between = (MAPPED_COPY_MIN..SINGLE_COPY_MIN).contains(&len);
+    /// The smallest single-copy message for a `len`-byte one at `ptr` of an operation whose
+    /// receives only store or not (`stored`): [`MAPPED_COPY_MIN`] when the peer can map its
+    /// buffer, else [`SINGLE_COPY_MIN_OWN_CORE`] for a stored message on a host with a core
+    /// per rank and [`SINGLE_COPY_MIN`] otherwise (the buffer is looked up only for a length
+    /// in between).
+    fn copy_min(&mut self, ptr: usize, len: usize, stored: bool) -> usize {
+        let min = if stored && !self.own.backoff.crowded() {
+            SINGLE_COPY_MIN_OWN_CORE
+        } else {
+            SINGLE_COPY_MIN
+        };
+        let between = (MAPPED_COPY_MIN..min).contains(&len);
         if between && self.single_copy && self.local_mem.find(ptr, len).is_some() {
             MAPPED_COPY_MIN
         } else {
-            SINGLE_COPY_MIN
+            min
         }
     }
 
@@ -1076,18 +1075,6 @@ impl ShmLink {
             && len >= min
             && self.rx.iter().any(|r| r.got < r.len)
             && self.local_mem.find(ptr, len).is_some()
-    }
-
-    /// Whether a `len`-byte message of an operation whose receives only store, which
-    /// `single_copy_for` would read single-copy, is staged in pieces instead
-    /// ([`STAGED_COPY_MAX`]). Not while this rank receives plain messages from the peer (an
-    /// exchange): both cores then copy twice per byte, and two-process AlltoAll with the
-    /// cores apart measured 0.76-0.91x single copy from 128 KiB to 512 KiB.
-    fn stages_instead(&self, len: usize, stored: bool) -> bool {
-        stored
-            && self.stream_stores
-            && len <= self.staged_copy_max
-            && !self.rx.iter().any(|r| r.got < r.len && r.reduce.is_none())
     }
 
     /// Publishes a message of at most [`LANE_MAX`] bytes in the lane when it has room (without
@@ -1347,7 +1334,13 @@ impl ShmLink {
             None
         };
         if let Some(rtt) = rtt {
-            let stream = ring_stores::streams_after(self.stream_stores, rtt);
+            let stream = ring_stores::streams_after(self.stream_stores, rtt, self.placement_seen);
+            if !self.placement_seen && ring_stores::placement_seen(rtt) {
+                self.placement_seen = true;
+                if let Some(p) = &mut self.prober {
+                    p.placement_seen();
+                }
+            }
             if stream != self.stream_stores {
                 log::debug!(
                     "rank {}: cache-line round trip to peer rank {} now {} ns: staged messages \
@@ -1389,15 +1382,10 @@ impl ShmLink {
                 let op = &self.tx[i];
                 let (ptr, len, op_bytes, staged) = (op.ptr, op.len, op.op_bytes, op.staged);
                 let stored = op.stored;
-                let min = self.copy_min(ptr, len);
+                let min = self.copy_min(ptr, len, stored);
                 self.tx[i].cma = self.single_copy_for(len, op_bytes, stored, staged, min)
                     || (staged && self.maps_instead(ptr, len, op_bytes, min))
                     || (!staged && self.maps_exchange(ptr, len, min));
-                let (len, stored) = (self.tx[i].len, self.tx[i].stored);
-                if self.tx[i].cma && self.stages_instead(len, stored) {
-                    let op = &mut self.tx[i];
-                    (op.cma, op.staged) = (false, true);
-                }
             }
             loop {
                 if self.wr - self.consumed_seen >= NSLOTS as u64 {
@@ -2294,9 +2282,6 @@ pub struct ShmOptions {
     /// per link by its measured round trip, re-measured while it runs, see
     /// `transport::ring_stores`).
     pub stream_stores: Option<bool>,
-    /// `HCCL_SHM_SINGLE_COPY`: when set, it alone decides single copy, and no stored message
-    /// is staged in its place ([`staged_copy_max`]).
-    pub single_copy_setting: Option<bool>,
 }
 
 fn io_ctx(peer: u32, what: &str, e: std::io::Error) -> Error {
@@ -2523,9 +2508,9 @@ pub fn introduce(
                         share_copies: answer[1] == 1 && opts.share_copies,
                         single_copy_max: opts.single_copy_max,
                         stream_stores: true,
-                        staged_copy_max: 0,
                         prober: None,
                         responder: None,
+                        placement_seen: false,
                         stream: s,
                         tx: VecDeque::new(),
                         rx: VecDeque::new(),
@@ -2550,7 +2535,6 @@ pub fn introduce(
     drop(fd);
     // One pair at a time, in the order of (lower rank, higher rank), which every rank's order
     // of its peers follows: the pair that comes first overall always has both ranks waiting.
-    let npeers = out.len();
     let mut order: Vec<usize> = (0..out.len()).collect();
     order.sort_by_key(|&i| out[i].0);
     for i in order {
@@ -2559,26 +2543,28 @@ pub fn introduce(
             let (word, result) = chan.round_trip_words();
             let rtt = ring_stores::measure_round_trip(word, result, me < *p, *p, deadline)?;
             l.stream_stores = ring_stores::streams(opts.stream_stores, Some(rtt));
-            l.staged_copy_max =
-                staged_copy_max(opts.single_copy_setting, true, npeers, opts.crowded);
+            l.placement_seen = ring_stores::placement_seen(rtt);
             if opts.stream_stores.is_none() {
                 if me < *p {
-                    l.prober = Some(ring_stores::Prober::new(Instant::now()));
+                    l.prober = Some(ring_stores::Prober::new(Instant::now(), l.placement_seen));
                 } else {
                     l.responder = Some(ring_stores::Responder::default());
                 }
             }
             log::debug!(
-                "rank {me}: cache-line round trip to peer rank {p}: {} ns; staged messages \
-                 are written with {} stores; while streaming, stored messages are staged up \
-                 to {} bytes",
+                "rank {me}: cache-line round trip to peer rank {p}: {} ns{}; staged messages \
+                 are written with {} stores",
                 rtt.as_nanos(),
+                if l.placement_seen {
+                    ""
+                } else {
+                    " (one CPU for both: probed again soon)"
+                },
                 if l.stream_stores {
                     "streaming"
                 } else {
                     "plain"
-                },
-                l.staged_copy_max
+                }
             );
         }
     }
@@ -2625,23 +2611,19 @@ mod tests {
             crowded,
             share_copies: true,
             stream_stores: None,
-            // Fixed: no stored message is staged in place of single copy, whatever the
-            // round trip measured here says (see `links_staging` for that choice).
-            single_copy_setting: Some(true),
         };
         links_from(opts)
     }
 
-    /// Links with the round trip's store choice fixed (`stream`) that stage stored messages
-    /// as `HCCL_SHM_SINGLE_COPY` unset does, one peer's single-copy limit.
-    fn links_staging(stream: bool, crowded: bool) -> (Box<ShmLink>, Box<ShmLink>) {
+    /// Links with the round trip's store choice fixed (`stream`) and one peer's single-copy
+    /// limit.
+    fn links_stores(stream: bool, crowded: bool) -> (Box<ShmLink>, Box<ShmLink>) {
         links_from(ShmOptions {
             budget: 1 << 20,
             single_copy_max: SINGLE_COPY_MAX_ONE_PEER,
             crowded,
             share_copies: true,
             stream_stores: Some(stream),
-            single_copy_setting: None,
         })
     }
 
@@ -3083,43 +3065,26 @@ mod tests {
     }
 
     #[test]
-    fn stored_messages_are_staged_only_on_streaming_links_of_one_peer_unless_forced() {
-        assert_eq!(staged_copy_max(None, true, 1, false), STAGED_COPY_MAX);
-        // More peers, or more ranks than cores: single copy.
-        assert_eq!(staged_copy_max(None, true, 2, false), 0);
-        assert_eq!(staged_copy_max(None, true, 1, true), 0);
-        // A shared cache (plain stores) keeps single copy.
-        assert_eq!(staged_copy_max(None, false, 1, false), 0);
-        // HCCL_SHM_SINGLE_COPY decides alone.
-        assert_eq!(staged_copy_max(Some(true), true, 1, false), 0);
-        assert_eq!(staged_copy_max(Some(false), true, 1, false), 0);
-    }
-
-    #[test]
-    fn a_streaming_link_stages_stored_messages_in_pieces_and_delivers_the_same_bytes() {
+    fn stored_messages_go_single_copy_whichever_stores_the_ring_takes() {
         let st = |len: usize| SendHint {
             op_bytes: len,
             stored: true,
             ..SendHint::default()
         };
-        let (min, max, mid) = (SINGLE_COPY_MIN, STAGED_COPY_MAX, 256 << 10);
-        // (streaming stores, crowded, length, hint, both ways at once, goes single-copy)
-        for (stream, crowded, len, hint, both, want) in [
-            (true, false, min, st(min), false, false),
-            (true, false, 300_007, st(300_007), false, false),
-            (true, false, max, st(max), false, false),
-            (true, false, max + 4, st(max + 4), false, true),
-            // Not a stored operation's (a reduction's one-way message).
-            (true, false, mid, SendHint::default(), false, true),
-            // An exchange: single copy; so on a crowded host.
-            (true, false, mid, st(mid), true, true),
-            (true, true, min, st(min), false, true),
-            // Plain stores (a shared cache): single copy.
-            (false, false, min, st(min), false, true),
-            (false, true, mid, st(mid), true, true),
+        let (min, mid, big) = (SINGLE_COPY_MIN, 256 << 10, (4 << 20) + 4);
+        // (streaming stores, crowded, length, hint, both ways at once)
+        for (stream, crowded, len, hint, both) in [
+            (true, false, min, st(min), false),
+            (true, false, 300_007, st(300_007), false),
+            (true, false, big, st(big), false),
+            // An exchange; a crowded host.
+            (true, false, mid, st(mid), true),
+            (true, true, min, st(min), false),
+            // Plain stores (a shared cache).
+            (false, false, min, st(min), false),
+            (false, true, mid, st(mid), true),
         ] {
-            let (mut a, mut b) = links_staging(stream, crowded);
-            assert_eq!(a.staged_copy_max, b.staged_copy_max);
+            let (mut a, mut b) = links_stores(stream, crowded);
             let sa: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
             let sb: Vec<u8> = (0..len).map(|i| (i * 5 + 3) as u8).collect();
             let (mut da, mut db) = (vec![0u8; len], vec![0u8; len]);
@@ -3137,10 +3102,44 @@ mod tests {
             }
             assert!(a.progress_tx());
             let what = format!("stream {stream} crowded {crowded} {len} B {hint:?} both {both}");
-            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
+            assert!(a.tx.front().is_some_and(|op| op.cma), "{what}");
             drive(&mut a, &mut b).unwrap();
             assert!(sa == db, "{what}");
             assert!(!both || sb == da, "{what}");
+        }
+    }
+
+    #[test]
+    fn stored_messages_go_single_copy_from_a_lower_size_on_a_host_with_a_core_per_rank() {
+        let (own, all) = (SINGLE_COPY_MIN_OWN_CORE, SINGLE_COPY_MIN);
+        // (crowded host, receives only store, smallest single-copy message)
+        for (crowded, stored, min) in [
+            (false, true, own),
+            (false, false, all),
+            (true, true, all),
+            (true, false, all),
+        ] {
+            let (mut a, mut b) = links_opts(1 << 20, usize::MAX, crowded);
+            for (k, (len, want)) in [(min - 4, false), (min, true)].into_iter().enumerate() {
+                let hint = SendHint {
+                    op_bytes: len,
+                    stored,
+                    ..SendHint::default()
+                };
+                let src: Vec<u8> = (0..len).map(|i| (i * 3 + k) as u8).collect();
+                let mut dst = vec![0u8; len];
+                // SAFETY: buffers outlive the drive below.
+                unsafe {
+                    a.post_send_hinted(src.as_ptr(), len, T, hint).unwrap();
+                    b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
+                        .unwrap();
+                }
+                assert!(a.progress_tx());
+                let what = format!("crowded {crowded}, stored {stored}, {len} bytes");
+                assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
+                drive(&mut a, &mut b).unwrap();
+                assert!(src == dst, "{what}");
+            }
         }
     }
 
@@ -3434,7 +3433,6 @@ mod tests {
                 crowded: false,
                 share_copies: false,
                 stream_stores: setting,
-                single_copy_setting: None,
             };
             let dl = Instant::now() + Duration::from_secs(20);
             let t = std::thread::spawn(move || introduce(1, vec![(0, b)], opts, dl).unwrap());
@@ -3461,7 +3459,6 @@ mod tests {
         let opts = ShmOptions {
             budget: 1 << 20,
             single_copy_max: 0,
-            single_copy_setting: Some(false),
             crowded: false,
             share_copies: false,
             stream_stores: None,
@@ -3489,6 +3486,7 @@ mod tests {
         }
         x.prober = Some(ring_stores::Prober::new(
             Instant::now() - ring_stores::PROBE_EVERY,
+            true,
         ));
         let chan = x.out;
         let word = || chan.round_trip_words().0.load(Ordering::Acquire);

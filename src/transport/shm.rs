@@ -105,7 +105,7 @@ pub const LANE_MAX: usize = 1024;
 pub const LANE_EXCHANGE_MAX: usize = LANE_FIRST + CELL;
 /// Largest one-way message that goes by the lane on a host that is not crowded: all the lane
 /// takes. The figures quoted for [`LANE_EXCHANGE_MAX`] predate claiming cells ahead
-/// (`LANE_CLAIM_AHEAD`) and waiting for a full lane (`LANE_FULL_SPINS`); with both, one-way
+/// (`LANE_CLAIM_AHEAD`) and waiting for a full lane (`LANE_FULL_WAIT`); with both, one-way
 /// messages of 768 B-1 KiB take 0.50-0.94x the ring's time (same placement, `lib_ab`).
 pub const LANE_ONE_WAY_MAX: usize = LANE_MAX;
 /// The receiver publishes how far it has read the lane (`lane_consumed`) once per this many
@@ -113,16 +113,22 @@ pub const LANE_ONE_WAY_MAX: usize = LANE_MAX;
 /// sender that runs ahead finds it full at every message, so a store per message bounced the
 /// line between the two cores once per message.
 const LANE_PUBLISH_EVERY: u64 = 16;
-/// Pause rounds a one-way sender that finds the lane full spends rereading how far the
-/// receiver has got before it sends by the ring instead (a host that is not crowded; 32 pauses
-/// take 0.35 µs here, about 2 µs where a pause takes 140 cycles). Otherwise a receiver that
-/// falls behind gets a share of its messages by the ring, each costing it a header line, a data
-/// line and a fenced store to `consumed`, and stays behind for good.
-const LANE_FULL_SPINS: u32 = 32;
+/// How long a one-way sender that finds the lane full spends rereading how far the receiver has
+/// got before it sends by the ring instead (a host that is not crowded): 32 pauses of the
+/// 2-core VM, where a pause takes 9.4 ns. Otherwise a receiver that falls behind gets a share of
+/// its messages by the ring, each costing it a header line, a data line and a fenced store to
+/// `consumed`, and stays behind for good. Counted in pauses ([`LANE_FULL_SPINS_MIN`]..=
+/// [`LANE_FULL_SPINS_MAX`]) from the pause's measured length (`base::pause`): a CPU whose pause
+/// takes 140 cycles would otherwise wait 2 µs.
+const LANE_FULL_WAIT: Duration = Duration::from_nanos(300);
+/// Fewest rereads of a full lane, however long a pause takes.
+const LANE_FULL_SPINS_MIN: u32 = 4;
+/// Most rereads of a full lane, however short a pause is.
+const LANE_FULL_SPINS_MAX: u32 = 128;
 /// A one-way sender asks for ownership of the free lane cells up to this many past its next
 /// message's header as it publishes each message (see `ShmLink::lane_put`), so that its next
 /// messages' stores find their lines owned. Two processes on cores that share no cache, one
-/// `lib_ab` launch per row: Reduce, Broadcast and Scatter with this and [`LANE_FULL_SPINS`] take
+/// `lib_ab` launch per row: Reduce, Broadcast and Scatter with this and [`LANE_FULL_WAIT`] take
 /// 0.64-0.88x the time of the wait alone at 16 B, 0.44-0.71x at 96-256 B, 0.45-0.73x at 512 B,
 /// 0.67-0.68x at 1 KiB; against the build before them and the lazy `lane_consumed`, 0.36-0.64x at 96-512 B (Reduce 128 B 0.078 µs against
 /// 0.215, Open MPI 0.136).
@@ -971,6 +977,8 @@ pub struct ShmLink {
     lane_dirty: u64,
     /// Outbound lane cells before this one have been claimed ahead (see `lane_put`).
     lane_claimed: u64,
+    /// Rereads of a full lane by a one-way sender (see [`LANE_FULL_WAIT`]).
+    lane_full_spins: u32,
     /// Which of this process's buffers the peer can map (see [`FLAG_MAPPED`]).
     local_mem: LocalMem,
     /// The peer's buffers mapped here.
@@ -1099,9 +1107,9 @@ impl ShmLink {
         if !room(self.lane_seen) {
             self.lane_seen = self.out.lane_consumed().load(Ordering::Acquire);
             // A one-way sender that finds the lane full waits a moment for the receiver to free
-            // cells rather than turn to the ring (see `LANE_FULL_SPINS`).
+            // cells rather than turn to the ring (see `LANE_FULL_WAIT`).
             let mut spins = if flow == Flow::OneWay && !self.own.backoff.crowded() {
-                LANE_FULL_SPINS
+                self.lane_full_spins
             } else {
                 0
             };
@@ -2522,6 +2530,11 @@ pub fn introduce(
                         lane_rd: 0,
                         lane_dirty: 0,
                         lane_claimed: 0,
+                        lane_full_spins: crate::base::pause::rounds(
+                            LANE_FULL_WAIT,
+                            LANE_FULL_SPINS_MIN,
+                            LANE_FULL_SPINS_MAX,
+                        ),
                         local_mem: LocalMem::new(local_mem::find()),
                         peer_mem: PeerMem::new(hello.pid as i32),
                     })),
@@ -2553,7 +2566,8 @@ pub fn introduce(
             }
             log::debug!(
                 "rank {me}: cache-line round trip to peer rank {p}: {} ns{}; staged messages \
-                 are written with {} stores",
+                 are written with {} stores; a full lane is reread {} times (a pause takes \
+                 {:.1} ns)",
                 rtt.as_nanos(),
                 if l.placement_seen {
                     ""
@@ -2564,7 +2578,9 @@ pub fn introduce(
                     "streaming"
                 } else {
                     "plain"
-                }
+                },
+                l.lane_full_spins,
+                crate::base::pause::pause_ns()
             );
         }
     }

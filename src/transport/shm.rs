@@ -291,10 +291,24 @@ const SHARE_CHUNK_MIN: usize = 32 << 10;
 /// Low bits of the share word that count claimed chunks; the bits above name the slot.
 const SHARE_CHUNK_BITS: u32 = 20;
 
-/// The chunk size of a shared copy of `len` bytes: about a quarter of it (the two sides
-/// balance by claiming chunks as they go), between [`SHARE_CHUNK_MIN`] and [`CMA_STEP`].
-fn share_chunk(len: usize) -> usize {
-    (len / 4)
+/// Chunks a shared copy is cut into where the receiver is its sender's only same-host peer: an
+/// idle sender takes one half while the receiver reads the other, and a sender busy elsewhere
+/// leaves the receiver both. Measured on the 2-core VM, 2 processes, host memory, µs, three
+/// launches per column, quarters against halves: Broadcast (the sender idle) 128 KiB 6.3-6.8
+/// against 4.2-5.5, 256 KiB 8.4-9.5 against 6.3-7.5, 1 MiB 26-32 against 20-25; Scatter (the
+/// root copies its own block too) of 256 KiB messages 9.4-9.9 against 11-12.4, of 1 MiB 59-60
+/// against 50-52. Thirds, and chunks that halve what is left, lost to both at most sizes.
+const SHARE_PARTS_ONE_PEER: usize = 2;
+/// [`SHARE_PARTS_ONE_PEER`] where the sender has more same-host peers, each of which may ask
+/// it for help at once: smaller chunks spread it over them. 4 processes on the 2-core VM,
+/// host-memory Broadcast, halves took 1.05-1.4x as long as quarters from 256 KiB to 4 MiB.
+const SHARE_PARTS: usize = 4;
+
+/// The chunk size of a shared copy of `len` bytes cut into about `parts` chunks (whole pages),
+/// between [`SHARE_CHUNK_MIN`] and [`CMA_STEP`]. Both ends of a link use the same `parts`
+/// (`ShmLink::share_parts`): they claim chunks by number.
+fn share_chunk(len: usize, parts: usize) -> usize {
+    (len / parts)
         .next_multiple_of(4096)
         .clamp(SHARE_CHUNK_MIN, CMA_STEP)
 }
@@ -979,6 +993,9 @@ pub struct ShmLink {
     lane_claimed: u64,
     /// Rereads of a full lane by a one-way sender (see [`LANE_FULL_WAIT`]).
     lane_full_spins: u32,
+    /// Chunks a shared copy is cut into ([`SHARE_PARTS_ONE_PEER`], [`SHARE_PARTS`]): the same
+    /// at both ends, which have the same number of same-host peers.
+    share_parts: usize,
     /// Which of this process's buffers the peer can map (see [`FLAG_MAPPED`]).
     local_mem: LocalMem,
     /// The peer's buffers mapped here.
@@ -1638,7 +1655,11 @@ impl ShmLink {
                             && (mapped.is_none() || own.is_some())
                             && op.len >= shared_copy_min(self.own.backoff.crowded())));
                 if share {
-                    let (chunk, slot_no, ctl) = (share_chunk(op.len), self.rd + 1, &self.inp);
+                    let (chunk, slot_no, ctl) = (
+                        share_chunk(op.len, self.share_parts),
+                        self.rd + 1,
+                        &self.inp,
+                    );
                     if !op.shared {
                         if h.flags & FLAG_MAPPED != 0 {
                             // SAFETY: the slot is ours until consumed and its data area unused
@@ -1809,7 +1830,7 @@ impl ShmLink {
         let Some(op) = cma.find(|op| op.last_slot + 1 == slot) else {
             return Ok(false);
         };
-        let chunk = share_chunk(op.len);
+        let chunk = share_chunk(op.len, self.share_parts);
         let Some(k) = claim_chunk(self.out.share(), slot, op.len.div_ceil(chunk)) else {
             return Ok(false);
         };
@@ -1866,7 +1887,7 @@ impl ShmLink {
             return;
         };
         let w = self.inp.share().swap(0, Ordering::AcqRel);
-        let chunk = share_chunk(op.len);
+        let chunk = share_chunk(op.len, self.share_parts);
         let claimed = ((w & ((1 << SHARE_CHUNK_BITS) - 1)) as usize).min(op.len.div_ceil(chunk));
         let theirs = (claimed * chunk).min(op.len) - op.own_claimed;
         let own_done = op.own_done;
@@ -2535,6 +2556,7 @@ pub fn introduce(
                             LANE_FULL_SPINS_MIN,
                             LANE_FULL_SPINS_MAX,
                         ),
+                        share_parts: SHARE_PARTS,
                         local_mem: LocalMem::new(local_mem::find()),
                         peer_mem: PeerMem::new(hello.pid as i32),
                     })),
@@ -2548,6 +2570,11 @@ pub fn introduce(
     drop(fd);
     // One pair at a time, in the order of (lower rank, higher rank), which every rank's order
     // of its peers follows: the pair that comes first overall always has both ranks waiting.
+    let share_parts = if out.len() == 1 {
+        SHARE_PARTS_ONE_PEER
+    } else {
+        SHARE_PARTS
+    };
     let mut order: Vec<usize> = (0..out.len()).collect();
     order.sort_by_key(|&i| out[i].0);
     for i in order {
@@ -2557,6 +2584,7 @@ pub fn introduce(
             let rtt = ring_stores::measure_round_trip(word, result, me < *p, *p, deadline)?;
             l.stream_stores = ring_stores::streams(opts.stream_stores, Some(rtt));
             l.placement_seen = ring_stores::placement_seen(rtt);
+            l.share_parts = share_parts;
             if opts.stream_stores.is_none() {
                 if me < *p {
                     l.prober = Some(ring_stores::Prober::new(Instant::now(), l.placement_seen));
@@ -3354,7 +3382,14 @@ mod tests {
     #[test]
     fn an_aborted_shared_receive_ends_the_share_before_its_buffer_goes_back() {
         let (mut a, mut b) = links(1 << 20, true);
-        let len = 1 << 20;
+        // Four chunks: two claimed before the abort, two never.
+        assert_eq!(
+            (a.share_parts, b.share_parts),
+            (2, 2),
+            "halves with one peer"
+        );
+        let len = 4 * CMA_STEP;
+        assert_eq!(len.div_ceil(share_chunk(len, a.share_parts)), 4);
         let src = vec![9u8; len];
         let mut dst = vec![0u8; len];
         let mut sb = Shared::default();
@@ -3373,7 +3408,7 @@ mod tests {
         assert!(b.share_copies);
         assert_eq!(
             dst.iter().filter(|&&v| v == 9).count(),
-            2 * share_chunk(len)
+            2 * share_chunk(len, a.share_parts)
         );
     }
 

@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::base::error::{Error, ErrorKind, Result};
 
-/// Round trips above this mean the two cores share no cache: stream. Between the two
-/// placements' measured ranges (0.07-0.11 µs and 0.38-0.43 µs).
-pub const STREAM_ABOVE: Duration = Duration::from_nanos(250);
+/// Round trips above this mean the two cores share no cache: stream. Between the measured
+/// ranges of the placements where plain stores won (0.07-0.11 µs; and 0.19-0.28 µs, where
+/// plain staged Reduce ran 1.4x and a 2 MiB AllReduce 1.2x faster than streaming) and the one
+/// where streaming did (0.38-0.43 µs).
+pub const STREAM_ABOVE: Duration = Duration::from_nanos(300);
 /// Round trips above this are no cache's: the two processes shared one CPU while they were
 /// measured, and each trip waited for a time slice. Such a measurement says nothing about the
 /// placement. On the 2-vCPU VM the set-up measurement read 25.7 µs in three of six launches of
@@ -29,8 +31,11 @@ pub const STREAM_ABOVE: Duration = Duration::from_nanos(250);
 /// between the placements changes the choice.
 pub const SHARED_CPU_ABOVE: Duration = Duration::from_micros(2);
 /// Run-time probes come this often while the link's choice rests on no measurement of its
-/// placement ([`placement_seen`]), until one sees it.
+/// placement ([`placement_seen`]), until one sees it...
 pub const PROBE_UNSEEN_EVERY: Duration = Duration::from_millis(10);
+/// ...for at most this many probes: two ranks the user bound to one CPU never see a placement,
+/// and each of their probes may spin for [`PROBE_MAX`] before it gives up.
+pub const PROBE_UNSEEN_MAX: u32 = 8;
 
 /// Whether a measured round trip says where the two processes' cores are (see
 /// [`SHARED_CPU_ABOVE`]).
@@ -67,7 +72,7 @@ pub const PLAIN_BELOW: Duration = Duration::from_nanos(170);
 /// ...and to streaming ones only above this one. In between the choice stays: under load a
 /// 16-trip probe between cores apart read 211 ns once (the set-up measurement 430 ns, the
 /// ping-pong bench 418 ns), and a link that flips on such a reading loses up to 10x.
-pub const STREAM_ABOVE_AGAIN: Duration = Duration::from_nanos(300);
+pub const STREAM_ABOVE_AGAIN: Duration = Duration::from_nanos(340);
 
 /// Whether a link that streams now (`current`) streams after a run-time probe measured `rtt`,
 /// when an earlier measurement has `seen` the placement: if none has, the probe decides as the
@@ -181,8 +186,10 @@ pub struct Prober {
     /// The ping awaiting its first answer (0: none).
     pending: u64,
     last: u64,
-    /// Time between probes: [`PROBE_UNSEEN_EVERY`] until a measurement sees the placement.
+    /// Time between probes: [`PROBE_UNSEEN_EVERY`] until a measurement sees the placement
+    /// or [`PROBE_UNSEEN_MAX`] probes have started.
     every: Duration,
+    started: u32,
 }
 
 impl Prober {
@@ -200,6 +207,7 @@ impl Prober {
             pending: 0,
             last: 0,
             every,
+            started: 0,
         }
     }
 
@@ -219,6 +227,10 @@ impl Prober {
     pub fn start_if_due(&mut self, word: &AtomicU64, now: Instant) {
         if self.pending != 0 || now < self.due {
             return;
+        }
+        self.started = self.started.saturating_add(1);
+        if self.started >= PROBE_UNSEEN_MAX {
+            self.every = PROBE_EVERY;
         }
         self.due = now + self.every;
         self.last += 2;
@@ -399,6 +411,25 @@ mod tests {
         );
         assert!(!p.pending(), "a second call changes nothing");
         p.start_if_due(word, now + PROBE_UNSEEN_EVERY * 2 + PROBE_EVERY);
+        assert!(p.pending());
+    }
+
+    #[test]
+    fn probes_that_never_see_the_placement_slow_down() {
+        let line = [AtomicU64::new(STOP), AtomicU64::new(0)];
+        let word = &line[0];
+        let now = Instant::now();
+        let mut p = Prober::new(now, false);
+        let mut t = now;
+        for k in 1..=PROBE_UNSEEN_MAX {
+            t += PROBE_UNSEEN_EVERY;
+            p.start_if_due(word, t);
+            assert!(p.pending(), "quick probe {k}");
+            p.pending = 0;
+        }
+        p.start_if_due(word, t + PROBE_UNSEEN_EVERY);
+        assert!(!p.pending(), "no quick probe after {PROBE_UNSEEN_MAX}");
+        p.start_if_due(word, t + PROBE_EVERY);
         assert!(p.pending());
     }
 

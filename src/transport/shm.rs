@@ -2683,6 +2683,25 @@ mod tests {
         }
     }
 
+    /// Sends `len` pattern bytes one way from `a` to `b` under `hint`, drives both ends to the
+    /// end and checks that they arrived whole (`what` names the case); returns whether the
+    /// message went single-copy.
+    fn one_way(a: &mut ShmLink, b: &mut ShmLink, len: usize, hint: SendHint, what: &str) -> bool {
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+        let mut dst = vec![0u8; len];
+        // SAFETY: buffers outlive the drive below.
+        unsafe {
+            a.post_send_hinted(src.as_ptr(), len, T, hint).unwrap();
+            b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
+                .unwrap();
+        }
+        assert!(a.progress_tx(), "{what}");
+        let cma = a.tx.front().is_some_and(|op| op.cma);
+        drive(a, b).unwrap();
+        assert!(src == dst, "{what}");
+        cma
+    }
+
     /// Drives both ends until idle (single thread: both links live in this process).
     fn drive(a: &mut ShmLink, b: &mut ShmLink) -> Result<()> {
         let (mut sa, mut sb) = (Shared::default(), Shared::default());
@@ -3164,25 +3183,14 @@ mod tests {
             (true, false, all),
         ] {
             let (mut a, mut b) = links_opts(1 << 20, usize::MAX, crowded);
-            for (k, (len, want)) in [(min - 4, false), (min, true)].into_iter().enumerate() {
+            for (len, want) in [(min - 4, false), (min, true)] {
                 let hint = SendHint {
                     op_bytes: len,
                     stored,
                     ..SendHint::default()
                 };
-                let src: Vec<u8> = (0..len).map(|i| (i * 3 + k) as u8).collect();
-                let mut dst = vec![0u8; len];
-                // SAFETY: buffers outlive the drive below.
-                unsafe {
-                    a.post_send_hinted(src.as_ptr(), len, T, hint).unwrap();
-                    b.post_recv(dst.as_mut_ptr(), len, None, T, &mut Shared::default())
-                        .unwrap();
-                }
-                assert!(a.progress_tx());
                 let what = format!("crowded {crowded}, stored {stored}, {len} bytes");
-                assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
-                drive(&mut a, &mut b).unwrap();
-                assert!(src == dst, "{what}");
+                assert_eq!(one_way(&mut a, &mut b, len, hint, &what), want, "{what}");
             }
         }
     }
@@ -3325,18 +3333,8 @@ mod tests {
             (SendHint::default(), true),
             (stored, true),
         ] {
-            let src: Vec<u8> = (0..chunk).map(|i| (i * 13) as u8).collect();
-            let mut dst = vec![0u8; chunk];
-            // SAFETY: buffers outlive the drive below.
-            unsafe {
-                a.post_send_hinted(src.as_ptr(), chunk, T, hint).unwrap();
-                b.post_recv(dst.as_mut_ptr(), chunk, None, T, &mut Shared::default())
-                    .unwrap();
-            }
-            assert!(a.progress_tx());
-            assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{hint:?}");
-            drive(&mut a, &mut b).unwrap();
-            assert!(src == dst, "{hint:?}");
+            let what = format!("{hint:?}");
+            assert_eq!(one_way(&mut a, &mut b, chunk, hint, &what), want, "{what}");
         }
     }
 

@@ -1400,6 +1400,9 @@ impl Communicator {
                 op_bytes: algo::select::model_bytes(&args.coll, ctx.elem, self.size),
                 stored: args.coll.stores_only(),
                 staged,
+                reduce: matches!(args.coll, Coll::Reduce { .. })
+                    .then(|| args.op.map(|op| executor::reduce_fn(args.dtype, op)))
+                    .flatten(),
             },
         }))
     }

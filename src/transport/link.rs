@@ -58,6 +58,11 @@ pub struct SendHint {
     /// out of it; read single-copy, the receiver copies and reduces alone. A link on a host
     /// with more ranks than cores ignores it: there the two copies do not overlap.
     pub staged: bool,
+    /// The reduction of an operation whose senders otherwise idle while their receivers reduce
+    /// (a Reduce): a sender that waits for its single-copy message to be read may then reduce
+    /// part of it into the receiver's buffer itself, exactly as the receiver would. Left unset
+    /// where senders have work of their own (AllReduce, ReduceScatter).
+    pub reduce: Option<ReduceFn>,
 }
 
 /// How a waiting endpoint learns that an active link may progress.

@@ -76,6 +76,17 @@ pub struct ReduceFn {
     pub left: isize,
 }
 
+/// Two reductions are equal when they compute the same thing: the kernel follows from the
+/// element type and the operator (every caller takes it from one table), and a function
+/// pointer's address is not a stable identity.
+impl PartialEq for ReduceFn {
+    fn eq(&self, o: &ReduceFn) -> bool {
+        (self.dtype, self.op, self.elem_size, self.left) == (o.dtype, o.op, o.elem_size, o.left)
+    }
+}
+
+impl Eq for ReduceFn {}
+
 impl ReduceFn {
     /// Applies `dst = dst op src` over `len` bytes (the left operand at `dst + left`).
     ///

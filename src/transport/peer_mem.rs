@@ -121,6 +121,14 @@ impl PeerMem {
         r
     }
 
+    /// Whether the file `d` names is mapped (writable, when `write`), so that resolving it maps
+    /// nothing and unmaps nothing.
+    pub fn holds(&self, d: &ShareDesc, write: bool) -> bool {
+        self.entries
+            .iter()
+            .any(|m| m.dev == d.dev && m.ino == d.ino && (m.writable || !write))
+    }
+
     /// Whether this is the first refusal worth saying (once per peer).
     pub fn first_refusal(&mut self) -> bool {
         !std::mem::replace(&mut self.told, true)

@@ -221,7 +221,11 @@ pub const STAGED_REDUCE_MIN_RANKS: u32 = 2;
 /// `chrt -f 5` (cores apart, machine loaded): 2 processes 2.1-2.4x from 64 KiB to 256 KiB,
 /// 1.7-1.1x from 512 KiB to 4 MiB, 0.77x at 8 MiB (one core reading from memory loses to two
 /// copying at once); 4 processes 1.3-1.5x from 1 MiB to 8 MiB (without `chrt`: 2-4x from 128
-/// KiB to 4 MiB).
+/// KiB to 4 MiB). A sender that can reduce for its receiver ([`SendHint::reduce`]) has no such
+/// limit: where the receiver's buffers map too it shares the reduction (`SHARED_REDUCE_MIN`),
+/// both cores work, and mapped beat staged at every size, 2 processes, device memory, µs,
+/// two launches each: 8 MiB 442-549 against 834-836, 16 MiB 926-946 against 1,696-1,749,
+/// 64 MiB 6,516-6,542 against 12,274-12,436.
 pub const MAPPED_REDUCE_MAX_ONE_PEER: usize = 4 << 20;
 
 /// Messages at least this large that go through the ring (staged, not single-copy) are
@@ -278,6 +282,29 @@ const SHARED_COPY_MIN: usize = 64 << 10;
 /// another receiver's too: 4 processes on the 2-core VM, one-step Broadcast, sharing measured
 /// 10-15% slower at 64-128 KiB and 1.15-1.5x faster from 256 KiB to 4 MiB (loaded machine).
 const SHARED_COPY_MIN_CROWDED: usize = 256 << 10;
+
+/// Mapped single-copy messages that a receive reduces are shared from this size up, like
+/// plain ones ([`SHARED_COPY_MIN`]): the sender, waiting for its buffer to be read anyway,
+/// reduces chunks of it into the receiver's destination through mappings of the receiver's
+/// operands, with the same kernel and operands as the receiver (the bytes are the same
+/// whichever side reduces a chunk). Only where both of the receiver's operands (the
+/// destination and the left operand, [`ReduceFn::left`]) can be mapped. Measured on the 2-core
+/// VM, 2 processes, device memory, Reduce, µs, three interleaved launches, the root alone
+/// against shared: 128 KiB 4.4-4.6 against 3.3, 256 KiB 8.1-8.3 against 4.9-5.8, 512 KiB
+/// 16.7-17.8 against 9.0, 1 MiB 95-97 against 18-20 (each core's part now fits its cache),
+/// 2 MiB 216-219 against 90-93, 4 MiB 436-446 against 218-220.
+const SHARED_REDUCE_MIN: usize = 64 << 10;
+
+/// The smallest mapped message a reducing receive shares, on a `crowded` host or not (there
+/// none: the sender's core is other ranks' too, and 4 processes on the 2-core VM, device
+/// memory, Reduce from 64 KiB to 16 MiB, took as long shared as not).
+fn shared_reduce_min(crowded: bool) -> usize {
+    if crowded {
+        usize::MAX
+    } else {
+        SHARED_REDUCE_MIN
+    }
+}
 
 /// The smallest message a plain single-copy receive shares, on a `crowded` host or not.
 fn shared_copy_min(crowded: bool) -> usize {
@@ -359,7 +386,19 @@ const FLAG_MAPPED: u32 = 8;
 /// Where a mapped slot's descriptors sit: the sender's, then the sharing receiver's.
 const DESC_OFF: usize = SLOT_HDR;
 const RECV_DESC_OFF: usize = SLOT_HDR + ShareDesc::BYTES;
-const _: () = assert!(RECV_DESC_OFF + ShareDesc::BYTES <= MIN_SLOT_BYTES);
+/// Where a receiver that shares a reduction ([`SHARED_REDUCE_MIN`]) names the buffer holding
+/// its left operand ([`ReduceFn::left`]); [`ShareDesc::NONE`] when that is the destination.
+const LEFT_DESC_OFF: usize = RECV_DESC_OFF + ShareDesc::BYTES;
+/// Where a receiver that shares a copy says what the sender does with its chunks: 0 stores
+/// them, else [`share_reduce_word`] names the reduction.
+const SHARE_REDUCE_OFF: usize = LEFT_DESC_OFF + ShareDesc::BYTES;
+const _: () = assert!(SHARE_REDUCE_OFF + 8 <= MIN_SLOT_BYTES);
+
+/// The word at [`SHARE_REDUCE_OFF`] that asks a sender to reduce with `r`: its element type
+/// and operator (ABI values), never 0.
+fn share_reduce_word(r: &ReduceFn) -> u64 {
+    1 | (r.dtype.raw() as u64) << 8 | (r.op.raw() as u64) << 16
+}
 const INLINE_OFF: usize = 16 + TAG_LEN;
 const INLINE_MAX: usize = SLOT_HDR - INLINE_OFF;
 /// Where a first slot's tag sits: after the chunk length and flags when inline, else after the
@@ -925,6 +964,9 @@ struct TxOp {
     stored: bool,
     /// [`SendHint::staged`].
     staged: bool,
+    /// [`SendHint::reduce`]: lets this rank reduce part of the message into the receiver's
+    /// buffer when asked to ([`SHARED_REDUCE_MIN`]).
+    reduce: Option<ReduceFn>,
     off: usize,
     cma: bool,
     published: bool,
@@ -1081,11 +1123,20 @@ impl ShmLink {
 
     /// Whether a `len`-byte message at `ptr` of an `op_bytes`-byte operation that asks for
     /// staging ([`SendHint::staged`]) goes single-copy instead, because the peer can map its
-    /// buffer ([`FLAG_MAPPED`]; see [`MAPPED_REDUCE_MAX_ONE_PEER`]).
-    fn maps_instead(&mut self, ptr: usize, len: usize, op_bytes: usize, min: usize) -> bool {
+    /// buffer ([`FLAG_MAPPED`]; see [`MAPPED_REDUCE_MAX_ONE_PEER`]). A sender that can reduce
+    /// for its receiver (`helps`, see [`SHARED_REDUCE_MIN`]) maps at any size.
+    fn maps_instead(
+        &mut self,
+        ptr: usize,
+        len: usize,
+        op_bytes: usize,
+        min: usize,
+        helps: bool,
+    ) -> bool {
         self.single_copy
             && len >= min
             && (self.single_copy_max == usize::MAX
+                || helps
                 || len.max(op_bytes) <= MAPPED_REDUCE_MAX_ONE_PEER)
             && self.local_mem.find(ptr, len).is_some()
     }
@@ -1409,10 +1460,10 @@ impl ShmLink {
                 }
                 let op = &self.tx[i];
                 let (ptr, len, op_bytes, staged) = (op.ptr, op.len, op.op_bytes, op.staged);
-                let stored = op.stored;
+                let (stored, helps) = (op.stored, op.reduce.is_some());
                 let min = self.copy_min(ptr, len, stored);
                 self.tx[i].cma = self.single_copy_for(len, op_bytes, stored, staged, min)
-                    || (staged && self.maps_instead(ptr, len, op_bytes, min))
+                    || (staged && self.maps_instead(ptr, len, op_bytes, min, helps))
                     || (!staged && self.maps_exchange(ptr, len, min));
             }
             loop {
@@ -1650,13 +1701,28 @@ impl ShmLink {
                 } else {
                     self.local_mem.find(op.ptr, op.len)
                 };
-                let share = op.reduce.is_none()
-                    && (op.shared
-                        || (op.got == 0
-                            && self.share_copies
-                            && self.tx.is_empty()
-                            && (mapped.is_none() || own.is_some())
-                            && op.len >= shared_copy_min(self.own.backoff.crowded())));
+                // A reduction is shared only in place: the sender reduces into a mapping of the
+                // destination, reading the left operand through one too (`NONE`: the
+                // destination itself).
+                let left = match (op.reduce, own) {
+                    (Some(r), Some(_)) if r.left == 0 => Some(ShareDesc::NONE),
+                    (Some(r), Some(_)) => self
+                        .local_mem
+                        .find(op.ptr.wrapping_add_signed(r.left), op.len),
+                    _ => None,
+                };
+                let crowded = self.own.backoff.crowded();
+                let share = op.shared
+                    || (op.got == 0
+                        && self.share_copies
+                        && self.tx.is_empty()
+                        && match op.reduce {
+                            None => {
+                                (mapped.is_none() || own.is_some())
+                                    && op.len >= shared_copy_min(crowded)
+                            }
+                            Some(_) => left.is_some() && op.len >= shared_reduce_min(crowded),
+                        });
                 if share {
                     let (chunk, slot_no, ctl) = (
                         share_chunk(op.len, self.share_parts),
@@ -1672,6 +1738,16 @@ impl ShmLink {
                                     .write(slot.add(RECV_DESC_OFF))
                             };
                         }
+                        let word = match (op.reduce, left) {
+                            (Some(r), Some(l)) => {
+                                // SAFETY: as above.
+                                unsafe { l.write(slot.add(LEFT_DESC_OFF)) };
+                                share_reduce_word(&r)
+                            }
+                            _ => 0,
+                        };
+                        // SAFETY: as above; the word is 8-byte aligned in the slot.
+                        unsafe { slot.add(SHARE_REDUCE_OFF).cast::<u64>().write(word) };
                         ctl.share_dst().store(op.ptr as u64, Ordering::Relaxed);
                         ctl.share_done().store(0, Ordering::Relaxed);
                         ctl.share()
@@ -1685,7 +1761,12 @@ impl ShmLink {
                         op.own_claimed += n;
                         // SAFETY: off + n <= len, inside the receive buffer.
                         let to = unsafe { (op.ptr as *mut u8).add(off) };
-                        read(h.addr as usize + off, to, n)?;
+                        match (op.reduce, mapped) {
+                            // SAFETY: the mapping holds the whole message; `to + n` lies in
+                            // the receive buffer (and its left operand in its own).
+                            (Some(r), Some(src)) => unsafe { r.apply(to, src.add(off), n) },
+                            _ => read(h.addr as usize + off, to, n)?,
+                        }
                         op.own_done += n;
                         ctl.share_done().fetch_add(n as u64, Ordering::AcqRel);
                         // Yield to the other links; the loop comes back at once.
@@ -1701,7 +1782,7 @@ impl ShmLink {
                 // SAFETY: got + step <= len, inside the receive buffer.
                 let dst = unsafe { (op.ptr as *mut u8).add(op.got) };
                 match op.reduce {
-                    None if share => {}
+                    _ if share => {}
                     None => read(remote, dst, step)?,
                     Some(r) if mapped.is_some() => {
                         if let Some(src) = mapped {
@@ -1829,21 +1910,84 @@ impl ShmLink {
         if cma.peek().is_none() {
             return Ok(false);
         }
-        let slot = self.out.share().load(Ordering::Acquire) >> SHARE_CHUNK_BITS;
-        let Some(op) = cma.find(|op| op.last_slot + 1 == slot) else {
+        let slot_no = self.out.share().load(Ordering::Acquire) >> SHARE_CHUNK_BITS;
+        let Some(op) = cma.find(|op| op.last_slot + 1 == slot_no) else {
             return Ok(false);
         };
         let chunk = share_chunk(op.len, self.share_parts);
-        let Some(k) = claim_chunk(self.out.share(), slot, op.len.div_ceil(chunk)) else {
+        let (len, ptr, reduce, tx_slot) = (op.len, op.ptr, op.reduce, op.last_slot);
+        let slot = self.out.slot(tx_slot);
+        // SAFETY: the slot is this rank's, published and not consumed; the receiver stored the
+        // word (and a mapped slot's descriptors) before the share word read above (acquire).
+        let (word, flags) = unsafe {
+            (
+                slot.add(SHARE_REDUCE_OFF).cast::<u64>().read(),
+                read_hdr(slot).flags,
+            )
+        };
+        let fold = if word == 0 {
+            None
+        } else {
+            // Reduced in place: only with the receiver's reduction, and with both of its
+            // operands mapped here; otherwise the receiver reduces every chunk itself.
+            let Some(f) = reduce.filter(|f| share_reduce_word(f) == word) else {
+                return Ok(false);
+            };
+            if flags & FLAG_MAPPED == 0 {
+                return Ok(false);
+            }
+            // SAFETY: as above; the descriptors lie inside the slot's data area.
+            let (d, l) = unsafe {
+                (
+                    ShareDesc::read(slot.add(RECV_DESC_OFF)),
+                    ShareDesc::read(slot.add(LEFT_DESC_OFF)),
+                )
+            };
+            if d.fd < 0 {
+                return Ok(false);
+            }
+            let (me, peer) = (self.me, self.peer);
+            let Some(to) = map_peer(&mut self.peer_mem, &d, len, true, me, peer)? else {
+                return Ok(false);
+            };
+            let left = if l.fd < 0 {
+                to
+            } else {
+                let Some(a) = map_peer(&mut self.peer_mem, &l, len, false, me, peer)? else {
+                    return Ok(false);
+                };
+                // Mapping the left operand may have unmapped the destination's file.
+                if !self.peer_mem.holds(&d, true) {
+                    return Ok(false);
+                }
+                a
+            };
+            Some((f, to, left))
+        };
+        let Some(k) = claim_chunk(self.out.share(), slot_no, len.div_ceil(chunk)) else {
             return Ok(false);
         };
         // Stored before the claimed word was (release/acquire), for this message.
         let dst = self.out.share_dst().load(Ordering::Relaxed) as usize;
-        let (off, n) = (k * chunk, chunk.min(op.len - k * chunk));
-        let (len, ptr, slot) = (op.len, op.ptr, self.out.slot(op.last_slot));
-        // SAFETY: the slot is this rank's, published and not consumed; a mapped one carries the
-        // receiver's descriptor, stored before the claimed word.
-        let mapped = if unsafe { read_hdr(slot) }.flags & FLAG_MAPPED != 0 {
+        let (off, n) = (k * chunk, chunk.min(len - k * chunk));
+        if let Some((f, to, left)) = fold {
+            // SAFETY: off + n <= len, inside the send buffer and both mappings, which the
+            // receiver keeps until every claimed chunk is counted; n is whole elements (chunks
+            // are whole pages, the message whole elements).
+            unsafe {
+                (f.kernel)(
+                    f.dtype,
+                    f.op,
+                    to.add(off),
+                    left.add(off),
+                    (ptr as *const u8).add(off),
+                    n / f.elem_size,
+                )
+            };
+            return Ok(self.chunk_written(len, n));
+        }
+        // SAFETY: as above.
+        let mapped = if flags & FLAG_MAPPED != 0 {
             // SAFETY: as above; the descriptor lies inside the slot's data area.
             let d = unsafe { ShareDesc::read(slot.add(RECV_DESC_OFF)) };
             if d.fd < 0 {
@@ -1875,11 +2019,17 @@ impl ShmLink {
                 ),
             )
         })?;
+        Ok(self.chunk_written(len, n))
+    }
+
+    /// Counts `n` bytes of a shared copy of a `len`-byte message as written, waking the
+    /// receiver when that completes it; true.
+    fn chunk_written(&mut self, len: usize, n: usize) -> bool {
         let len = len as u64;
         if self.out.share_done().fetch_add(n as u64, Ordering::AcqRel) + n as u64 == len {
             self.chime();
         }
-        Ok(true)
+        true
     }
 
     /// Ends the shared copy of the receive in progress before an abort hands its buffer back:
@@ -2125,6 +2275,7 @@ impl Link for ShmLink {
             // On a crowded host the ranks that would overlap their copies share cores: the
             // receiver's single copy moves fewer bytes (see `STAGED_REDUCE_MAX_RANKS`).
             staged: hint.staged && !self.own.backoff.crowded(),
+            reduce: hint.reduce,
             off: 0,
             // Decided at the first slot (`single_copy_for`).
             cma: false,
@@ -3928,6 +4079,89 @@ mod tests {
     }
 
     #[test]
+    fn a_mapped_reduction_is_shared_only_in_place_and_gives_the_receivers_bits() {
+        let max = crate::exec::executor::reduce_fn(DataType::Fp32, ReduceOp::Max);
+        let len = 1 << 20;
+        let n = len / 4;
+        // Max returns its left operand when either is NaN: a side that swapped the operands
+        // would change these elements.
+        let sent = |i: usize| {
+            if i.is_multiple_of(97) {
+                f32::NAN
+            } else {
+                (i % 1000) as f32
+            }
+        };
+        let mine = |i: usize| {
+            if i.is_multiple_of(89) {
+                -f32::NAN
+            } else {
+                (i % 777) as f32
+            }
+        };
+        // (where the receiver's left operand lies, whether the sender has the reduction,
+        // whether the sender is asked and helps)
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum Left {
+            InDst,
+            MappedFile,
+            Plain,
+        }
+        for (left, knows, helps) in [
+            (Left::InDst, true, true),
+            (Left::MappedFile, true, true),
+            (Left::Plain, true, false),
+            (Left::InDst, false, false),
+        ] {
+            let what = format!("left {left:?} sender knows {knows}");
+            let (mut a, mut b) = mapped_links();
+            let mut src = FileBuf::new(len, true);
+            let mut dst = FileBuf::new(len, true);
+            let mut left_file = FileBuf::new(len, true);
+            let mut left_plain = vec![0u8; len];
+            let fill = |b: &mut [u8], f: &dyn Fn(usize) -> f32| {
+                for (i, c) in b.chunks_exact_mut(4).enumerate() {
+                    c.copy_from_slice(&f(i).to_ne_bytes());
+                }
+            };
+            fill(src.bytes(), &sent);
+            let lhs: *mut u8 = match left {
+                Left::InDst => dst.ptr,
+                Left::MappedFile => left_file.ptr,
+                Left::Plain => left_plain.as_mut_ptr(),
+            };
+            // SAFETY: each holds len bytes.
+            fill(unsafe { std::slice::from_raw_parts_mut(lhs, len) }, &mine);
+            let mut want = vec![0u8; len];
+            // SAFETY: three buffers of len bytes, whole f32 elements.
+            unsafe { (max.kernel)(max.dtype, max.op, want.as_mut_ptr(), lhs, src.ptr, n) };
+            let r = ReduceFn {
+                left: lhs as isize - dst.ptr as isize,
+                ..max
+            };
+            let hint = SendHint {
+                reduce: knows.then_some(max),
+                ..SendHint::default()
+            };
+            let mut sb = Shared::default();
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(src.ptr, len, T, hint).unwrap();
+                b.post_recv(dst.ptr, len, Some(r), T, &mut sb).unwrap();
+            }
+            assert!(a.progress_tx() && a.tx[0].cma, "{what}");
+            // The receiver asks for help (or not) and reduces a chunk itself.
+            assert!(b.progress_rx(&mut sb).unwrap(), "{what}");
+            let shared = b.rx.front().is_some_and(|op| op.shared);
+            assert_eq!(shared, left != Left::Plain, "{what}");
+            assert_eq!(a.help_peer().unwrap(), helps, "{what}");
+            drive(&mut a, &mut b).unwrap();
+            assert!(dst.bytes() == &want[..], "{what}");
+            let _ = (left_file.bytes(), &left_plain);
+        }
+    }
+
+    #[test]
     fn a_message_below_the_plain_minimum_goes_single_copy_only_from_a_mappable_buffer() {
         let (mut a, mut b) = mapped_links();
         let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
@@ -3984,18 +4218,22 @@ mod tests {
     fn a_staged_reduce_reads_a_mappable_buffer_single_copy_within_its_limit() {
         let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
         let len = 256 << 10;
-        // (one peer's limit, operation size, mappable source, single copy wanted)
+        // (one peer's limit, operation size, mappable source, the sender can reduce for its
+        // receiver, single copy wanted)
         let (one, big) = (SINGLE_COPY_MAX_ONE_PEER, MAPPED_REDUCE_MAX_ONE_PEER + 1);
-        for (max, op_bytes, mappable, want) in [
-            (one, len, true, true),
-            (one, len, false, false),
-            (one, big, true, false),
-            (usize::MAX, big, true, true),
+        for (max, op_bytes, mappable, helps, want) in [
+            (one, len, true, false, true),
+            (one, len, false, false, false),
+            (one, big, true, false, false),
+            (one, big, true, true, true),
+            (one, big, false, true, false),
+            (usize::MAX, big, true, false, true),
         ] {
             let (mut a, mut b) = mapped_links_max(max);
             let hint = SendHint {
                 op_bytes,
                 staged: true,
+                reduce: helps.then_some(sum),
                 ..SendHint::default()
             };
             let mut file = FileBuf::new(len, true);
@@ -4016,7 +4254,7 @@ mod tests {
                     .unwrap();
             }
             assert!(a.progress_tx());
-            let what = format!("max {max} op {op_bytes} mappable {mappable}");
+            let what = format!("max {max} op {op_bytes} mappable {mappable} helps {helps}");
             assert_eq!(a.tx.front().is_some_and(|op| op.cma), want, "{what}");
             if want {
                 let slot = a.out.slot(a.tx[0].last_slot);

@@ -63,8 +63,10 @@ fn single_copy_operations_check_out_in_device_and_host_memory() {
 }
 
 /// Reduce's messages, staged by default, are read from the mapped device memory instead (see
-/// the library's `transport::shm::MAPPED_REDUCE_MAX_ONE_PEER`) and still check out, with one
-/// peer and with several; plain host memory stays staged.
+/// the library's `transport::shm::MAPPED_REDUCE_MAX_ONE_PEER`), the root and its sender each
+/// reducing part of a message of 64 KiB and more into the root's mapped buffer
+/// (`SHARED_REDUCE_MIN`; both sizes here), and still check out, with one peer and with several;
+/// plain host memory stays staged.
 #[test]
 fn default_reduce_checks_out_in_device_and_host_memory() {
     for n in [2u32, 4] {

@@ -1984,7 +1984,8 @@ impl ShmLink {
                     n / f.elem_size,
                 )
             };
-            return Ok(self.chunk_written(len, n));
+            self.chunk_written(len, n);
+            return Ok(true);
         }
         // SAFETY: as above.
         let mapped = if flags & FLAG_MAPPED != 0 {
@@ -2019,17 +2020,17 @@ impl ShmLink {
                 ),
             )
         })?;
-        Ok(self.chunk_written(len, n))
+        self.chunk_written(len, n);
+        Ok(true)
     }
 
     /// Counts `n` bytes of a shared copy of a `len`-byte message as written, waking the
-    /// receiver when that completes it; true.
-    fn chunk_written(&mut self, len: usize, n: usize) -> bool {
+    /// receiver when that completes it.
+    fn chunk_written(&mut self, len: usize, n: usize) {
         let len = len as u64;
         if self.out.share_done().fetch_add(n as u64, Ordering::AcqRel) + n as u64 == len {
             self.chime();
         }
-        true
     }
 
     /// Ends the shared copy of the receive in progress before an abort hands its buffer back:
@@ -3572,35 +3573,30 @@ mod tests {
         };
         let sum = crate::exec::executor::reduce_fn(DataType::Uint8, ReduceOp::Sum);
         let (mut a, mut b) = links_max(1 << 20, 0);
-        let len = 100_003;
-        assert!(len <= a.out.slot_bytes);
-        let src: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
-        let mut dst: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-        // SAFETY: buffers outlive the drive below.
-        unsafe {
-            a.post_send_hinted(src.as_ptr(), len, T, staged).unwrap();
-            b.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
-                .unwrap();
-        }
-        let before = a.wr;
-        assert!(a.progress_tx());
-        assert_eq!(a.wr - before, STAGED_PIECES as u64, "chunks published");
-        drive(&mut a, &mut b).unwrap();
-        assert!((0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 7) as u8)));
-        // A smaller message is cut into fewer pieces, none below STAGED_PIECE_MIN.
-        let len = 2 * STAGED_PIECE_MIN;
-        let mut dst: Vec<u8> = (0..len).map(|i| (i * 5) as u8).collect();
-        // SAFETY: buffers outlive the drive below.
-        unsafe {
-            a.post_send_hinted(src.as_ptr(), len, T, staged).unwrap();
-            b.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
-                .unwrap();
-        }
-        let before = a.wr;
-        assert!(a.progress_tx());
-        assert_eq!(a.wr - before, 2, "chunks published");
-        drive(&mut a, &mut b).unwrap();
-        assert!((0..len).all(|i| dst[i] == ((i * 13) as u8).wrapping_add((i * 5) as u8)));
+        let src: Vec<u8> = (0..100_003).map(|i| (i * 13) as u8).collect();
+        assert!(src.len() <= a.out.slot_bytes, "one slot");
+        // Sends the first `len` bytes of `src` staged into a receive holding `i * k`, checks
+        // the sum and returns how many chunks the sender published at once.
+        let mut run = |len: usize, k: usize| {
+            let mut dst: Vec<u8> = (0..len).map(|i| (i * k) as u8).collect();
+            // SAFETY: buffers outlive the drive below.
+            unsafe {
+                a.post_send_hinted(src.as_ptr(), len, T, staged).unwrap();
+                b.post_recv(dst.as_mut_ptr(), len, Some(sum), T, &mut Shared::default())
+                    .unwrap();
+            }
+            let before = a.wr;
+            assert!(a.progress_tx());
+            let published = a.wr - before;
+            drive(&mut a, &mut b).unwrap();
+            let want = |i: usize| ((i * 13) as u8).wrapping_add((i * k) as u8);
+            assert!((0..len).all(|i| dst[i] == want(i)), "{len}");
+            published
+        };
+        assert_eq!(run(src.len(), 7), STAGED_PIECES as u64, "chunks published");
+        // A smaller message is cut into fewer pieces, none below STAGED_PIECE_MIN: 64 KiB in
+        // two (in four with 16 KiB pieces, which measured slower).
+        assert_eq!(run(64 << 10, 5), 2, "chunks published");
     }
 
     #[test]

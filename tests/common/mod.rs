@@ -11,6 +11,7 @@ pub mod compress_checks;
 pub mod mismatch_driver;
 pub mod native;
 pub mod netns_bed;
+pub mod ompi_tmp;
 pub mod rounding;
 pub mod skip;
 

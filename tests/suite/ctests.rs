@@ -195,23 +195,25 @@ fn lib_ab_times_builds_side_by_side_in_one_launch() {
         })
         .collect();
     let launch = |op: &str, fault: bool| {
+        let tmp = crate::common::ompi_tmp::OmpiTmp::new();
         let mut c = Command::new("timeout");
-        c.args([
-            "120",
-            "mpirun",
-            "--oversubscribe",
-            "--allow-run-as-root",
-            "-n",
-            "2",
-        ])
-        .arg(dir.join("lib_ab"))
-        .args([
-            "-o", op, "-b", "64", "-n", "50", "-R", "3", "-w", "5", "-r", "1",
-        ])
-        .args(&libs)
-        .arg("mpi")
-        .env("HCCL_CONNECT_TIMEOUT", "30")
-        .env("HCCL_EXEC_TIMEOUT", "60");
+        tmp.apply(&mut c)
+            .args([
+                "120",
+                "mpirun",
+                "--oversubscribe",
+                "--allow-run-as-root",
+                "-n",
+                "2",
+            ])
+            .arg(dir.join("lib_ab"))
+            .args([
+                "-o", op, "-b", "64", "-n", "50", "-R", "3", "-w", "5", "-r", "1",
+            ])
+            .args(&libs)
+            .arg("mpi")
+            .env("HCCL_CONNECT_TIMEOUT", "30")
+            .env("HCCL_EXEC_TIMEOUT", "60");
         if fault {
             c.env("HCCL_TEST_FAULT_INJECT", "corrupt");
         } else {

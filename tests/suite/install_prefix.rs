@@ -70,7 +70,10 @@ fn shell(dir: &Path, script: &str) -> (bool, String) {
         prefix().display(),
         root().join("ctests").display()
     );
+    // Scripts run together, and those that launch Open MPI must not share its session directory.
+    let tmp = common::ompi_tmp::OmpiTmp::new();
     let out = Command::new("bash")
+        .env("TMPDIR", tmp.path())
         .args(["-c", &full])
         .current_dir(dir)
         // A broken build must fail quickly rather than wait out the default timeouts.

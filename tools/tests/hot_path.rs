@@ -154,7 +154,9 @@ fn measure(case: &Case, dir: &Path) -> (u64, u64) {
         &toggle,
         &out_file,
     ];
+    let tmp = common::ompi_tmp::OmpiTmp::new();
     let mut c = Command::new("mpirun");
+    tmp.apply(&mut c);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");

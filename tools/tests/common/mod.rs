@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 #[path = "../../../tests/common/skip.rs"]
 pub mod skip;
 
+#[path = "../../../tests/common/ompi_tmp.rs"]
+pub mod ompi_tmp;
+
 /// Whether `prog --version` runs and succeeds: the program is installed.
 pub fn have(prog: &str) -> bool {
     Command::new(prog)

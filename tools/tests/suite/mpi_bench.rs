@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use crate::common;
+use crate::common::ompi_tmp::OmpiTmp;
 use crate::common::{stderr, stdout, table, LAUNCHER_VARS};
 use hccl_tools::cli::RedOp;
 use hccl_tools::dtype::DType;
@@ -57,10 +58,13 @@ fn built() -> &'static Path {
     })
 }
 
-/// `mpirun -n RANKS PROGRAM ARGS`, with the surrounding launcher variables removed and a time
-/// limit, spawned with both streams captured.
-fn mpirun(ranks: u32, program: &Path, args: &[&str], fault: bool) -> Child {
+/// `mpirun -n RANKS PROGRAM ARGS`, with the surrounding launcher variables removed, a time
+/// limit and a temporary directory of its own (kept until the launch has ended), spawned with
+/// both streams captured.
+fn mpirun(ranks: u32, program: &Path, args: &[&str], fault: bool) -> (Child, OmpiTmp) {
+    let tmp = OmpiTmp::new();
     let mut c = Command::new("timeout");
+    tmp.apply(&mut c);
     c.args(["120", "mpirun", "--oversubscribe"]);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -75,11 +79,13 @@ fn mpirun(ranks: u32, program: &Path, args: &[&str], fault: bool) -> Child {
     } else {
         c.env_remove("HCCL_TEST_FAULT_INJECT");
     }
-    c.stdin(Stdio::null())
+    let child = c
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn mpirun")
+        .expect("spawn mpirun");
+    (child, tmp)
 }
 
 /// The sizes both runs below ask for.
@@ -93,14 +99,14 @@ fn run_all(ranks: u32, fault: bool) -> Vec<(Op, Output)> {
     let root = (ranks - 1).to_string();
     let mut args = SWEEP.to_vec();
     args.extend(["-r", &root]);
-    let jobs: Vec<(Op, Child)> = compared()
+    let jobs: Vec<(Op, (Child, OmpiTmp))> = compared()
         .map(|op| {
             let prog = dir.join(format!("mpi_{}", op.name()));
             (op, mpirun(ranks, &prog, &args, fault))
         })
         .collect();
     jobs.into_iter()
-        .map(|(op, child)| (op, child.wait_with_output().unwrap()))
+        .map(|(op, (child, _tmp))| (op, child.wait_with_output().unwrap()))
         .collect()
 }
 
@@ -191,18 +197,24 @@ fn usage_errors_exit_with_2() {
     let jobs: Vec<_> = cases
         .iter()
         .map(|(prog, args, _)| {
+            let tmp = OmpiTmp::new();
             let mut c = Command::new("timeout");
-            c.arg("60").arg(built().join(prog)).args(*args);
+            tmp.apply(&mut c)
+                .arg("60")
+                .arg(built().join(prog))
+                .args(*args);
             for v in LAUNCHER_VARS {
                 c.env_remove(v);
             }
-            c.stdout(Stdio::piped())
+            let child = c
+                .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .unwrap()
+                .unwrap();
+            (child, tmp)
         })
         .collect();
-    for ((prog, args, why), child) in cases.iter().zip(jobs) {
+    for ((prog, args, why), (child, _tmp)) in cases.iter().zip(jobs) {
         let o = child.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{prog} {args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(why), "{prog} {args:?}: {}", stderr(&o));
@@ -332,8 +344,10 @@ fn compare(tag: &str, args: &[&str]) -> (Output, PathBuf) {
     let bins = Path::new(env!("CARGO_BIN_EXE_all_reduce_test"))
         .parent()
         .unwrap();
+    let tmp = OmpiTmp::new();
     let mut c = Command::new("timeout");
-    c.arg("300")
+    tmp.apply(&mut c)
+        .arg("300")
         .arg(repo().join("scripts/compare_mpi.sh"))
         .args(args)
         .arg("-o")

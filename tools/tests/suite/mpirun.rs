@@ -2,6 +2,7 @@
 //! says it is skipped, and fails under CI).
 
 use crate::common;
+use crate::common::ompi_tmp::OmpiTmp;
 
 use std::process::Command;
 
@@ -11,7 +12,9 @@ fn all_reduce_under_mpirun() {
         common::skip::skip_unless_ci("mpirun not found (scripts/setup.sh installs openmpi-bin)");
         return;
     }
+    let tmp = OmpiTmp::new();
     let mut c = Command::new("mpirun");
+    tmp.apply(&mut c);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");

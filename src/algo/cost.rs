@@ -949,6 +949,7 @@ mod tests {
             topo: &topo,
             deterministic: false,
             processes: true,
+            crowded: false,
         };
         let sh = Shape::of(&topo);
         let mut b = 32usize << 10;
@@ -1025,6 +1026,7 @@ mod tests {
             topo: &topo,
             deterministic: false,
             processes: false,
+            crowded: false,
         };
         let coll = Coll::AllGather { count: 4096 };
         let procs = crate::algo::select::choose_with(&coll, &ctx, &processes());
@@ -1066,6 +1068,7 @@ mod tests {
                 topo: &topo,
                 deterministic: false,
                 processes: false,
+                crowded: false,
             };
             let mut b = 32usize << 10;
             while b <= 4 << 20 {

@@ -180,17 +180,50 @@ pub fn allreduce_rs_ag(ctx: &Ctx, count: usize) -> Schedule {
 /// Between two processes the message is staged (see [`one_message_reduce`]) at any size.
 pub const ONE_STEP_REDUCE_MAX: usize = 1 << 20;
 
-/// Whether `coll` is a Reduce that runs as one message from the leaf to the root: two ranks of
-/// one host, up to [`ONE_STEP_REDUCE_MAX`] between threads and at any size between processes.
-/// There the leaf's copy into the shared-memory ring overlaps the root's reduction out of it,
-/// so both cores work on every chunk: 2-3x the reduce-scatter and gather form from 2 MiB to
-/// 64 MiB (which synchronises twice and moves half the data twice), and 2-3x reading the
-/// leaf's buffer single-copy, where the root copies and reduces alone.
+/// Largest Reduce that runs as one message from every leaf to the root among processes of a
+/// host with more ranks than cores ([`Ctx::crowded`]). There the reduce-scatter and gather form
+/// has each of the ranks wait for the scheduler twice, with only two cores to spread its work
+/// over; the root reducing every leaf's whole input alone took less. Measured on the 2-core
+/// VM, fp32 sum, µs, three alternating launches each, one message against reduce-scatter and
+/// gather: 4 processes, host memory, 8 KiB 5.4-8.2 against 8.3-10.9, 128 KiB 32-37 against
+/// 38-42, 256 KiB 65-67 against 62-66, 512 KiB 159-168 against 124-155; device memory 128 KiB
+/// 15-17 against 22-28, 256 KiB 25-26 against 39-41, 1 MiB 209-213 against 145-177;
+/// 3 processes, host memory, 256 KiB 42-45 against 55-64, 1 MiB 290-324 against 252-276;
+/// device memory 256 KiB 17-19 against 31-32.
+pub const CROWDED_ONE_STEP_REDUCE_MAX: usize = 256 << 10;
+/// Most ranks whose crowded Reduce runs as one message per leaf: the root reduces every other
+/// rank's input alone. 8 processes on the 2-core VM, one message against reduce-scatter and
+/// gather, µs, three launches each: host memory 8-16 KiB 8.8-13.6 against 17-24, but 32 KiB
+/// 30-32 against 25-29 and 256 KiB 223-240 against 172-179; device memory 128 KiB 32-33
+/// against 39-40, 256 KiB 81-102 against 85.
+pub const CROWDED_ONE_STEP_REDUCE_MAX_RANKS: u32 = 4;
+
+/// Whether `coll` is a Reduce that runs as one message from each leaf to the root, which
+/// reduces them into its output as they arrive.
+/// - Two ranks of one host, up to [`ONE_STEP_REDUCE_MAX`] between threads and at any size
+///   between processes. There the leaf's copy into the shared-memory ring overlaps the root's
+///   reduction out of it, so both cores work on every chunk: 2-3x the reduce-scatter and gather
+///   form from 2 MiB to 64 MiB (which synchronises twice and moves half the data twice), and
+///   2-3x reading the leaf's buffer single-copy, where the root copies and reduces alone.
+/// - Up to [`CROWDED_ONE_STEP_REDUCE_MAX_RANKS`] processes of a crowded host, up to
+///   [`CROWDED_ONE_STEP_REDUCE_MAX`], unless reductions must be deterministic (the root
+///   reduces in arrival order).
 pub fn one_message_reduce(coll: &Coll, ctx: &Ctx) -> bool {
     let Coll::Reduce { count, .. } = *coll else {
         return false;
     };
-    ctx.n == 2 && !ctx.network && (ctx.processes || count * ctx.elem <= ONE_STEP_REDUCE_MAX)
+    let bytes = count * ctx.elem;
+    if ctx.network {
+        return false;
+    }
+    if ctx.n == 2 {
+        return ctx.processes || bytes <= ONE_STEP_REDUCE_MAX;
+    }
+    ctx.processes
+        && ctx.crowded
+        && !ctx.deterministic
+        && ctx.n <= CROWDED_ONE_STEP_REDUCE_MAX_RANKS
+        && bytes <= CROWDED_ONE_STEP_REDUCE_MAX
 }
 
 /// Chunk of the memory-link reduce-scatter: well inside a core's L2 cache.
@@ -302,7 +335,8 @@ pub fn broadcast(ctx: &Ctx, count: usize, root: u32) -> Schedule {
 }
 
 /// Reduce: each rank reduces one block of the result (from its peers' inputs on memory links,
-/// from gathered copies over the network), then the root collects the blocks.
+/// from gathered copies over the network), then the root collects the blocks; or, where
+/// [`one_message_reduce`] says so, every leaf sends its whole input to the root.
 pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
     let (me, n, es) = (ctx.me, ctx.n, ctx.elem);
     let mut s = Schedule::new("direct");
@@ -317,17 +351,16 @@ pub fn reduce(ctx: &Ctx, count: usize, root: u32) -> Schedule {
         return s;
     }
     if one_message_reduce(&Coll::Reduce { count, root }, ctx) {
-        // The leaf sends its whole input and the root reduces it into its output: one message
-        // and one wait instead of a reduce-scatter step and a gather step.
+        // Every leaf sends its whole input and the root reduces each into its output: one
+        // message and one wait instead of a reduce-scatter step and a gather step.
         let all = Span::new(Buf::Send, 0, count * es);
         let out = Span::new(Buf::Recv, 0, count * es);
         let st = s.step();
         if me == root {
             st.push(Action::Copy { src: all, dst: out });
-            st.push(Action::RecvReduce {
-                peer: 1 - root,
-                dst: out,
-            });
+            for p in (0..n).filter(|&p| p != root) {
+                st.push(Action::RecvReduce { peer: p, dst: out });
+            }
         } else {
             st.push(Action::Send {
                 peer: root,

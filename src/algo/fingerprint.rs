@@ -1057,6 +1057,7 @@ mod tests {
                     topo,
                     deterministic: true,
                     processes: false,
+                    crowded: false,
                 };
                 build(coll, &ctx, algo)
             })

@@ -871,6 +871,7 @@ mod tests {
                     topo: &topo,
                     deterministic: false,
                     processes: false,
+                    crowded: false,
                 };
                 chain::broadcast(&ctx, bytes, 0).finish()
             })
@@ -982,6 +983,7 @@ mod tests {
                     topo,
                     deterministic: false,
                     processes: false,
+                    crowded: false,
                 };
                 super::super::build(coll, &ctx, algo)
             })

@@ -119,6 +119,9 @@ pub struct Ctx<'a> {
     /// Ranks of one host are processes linked by shared memory, not threads of one process
     /// (worked out from the rank table, so every rank agrees).
     pub processes: bool,
+    /// Some host runs more ranks than it has cores (worked out from the rank table, so every
+    /// rank agrees).
+    pub crowded: bool,
 }
 
 /// An algorithm family.
@@ -314,6 +317,7 @@ pub fn build_each<T: Send>(
                                 topo,
                                 deterministic,
                                 processes: false,
+                                crowded: false,
                             };
                             keep(me, build(&coll_of(me), &ctx, algo))
                         })

@@ -283,6 +283,7 @@ mod tests {
                         topo: &topo,
                         deterministic: false,
                         processes: false,
+                        crowded: false,
                     };
                     let scheds: Vec<Schedule> = (0..n)
                         .map(|r| allreduce_chunked(&ctx(r), count, chunks).finish())

@@ -639,6 +639,7 @@ pub fn check(
                 topo,
                 deterministic,
                 processes: false,
+                crowded: false,
             };
             build(&coll_of(me), &ctx, algo)
         })

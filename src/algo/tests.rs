@@ -49,6 +49,7 @@ fn ctx(me: usize, n: usize, network: bool) -> Ctx<'static> {
         topo: flat(n),
         deterministic: false,
         processes: false,
+        crowded: false,
     }
 }
 
@@ -260,6 +261,60 @@ fn two_process_reduce_is_one_message_at_any_size() {
             run(&scheds, &mut bufs, &add).unwrap();
             let out = from_bytes(&bufs[root as usize].recv);
             assert!((0..count).all(|i| out[i] == val(0, i).wrapping_add(val(1, i))));
+        }
+    }
+}
+
+#[test]
+fn crowded_reduce_is_one_message_per_leaf_up_to_its_limit() {
+    use crate::algo::direct::CROWDED_ONE_STEP_REDUCE_MAX;
+    let limit = CROWDED_ONE_STEP_REDUCE_MAX / ES;
+    // (ranks, count, processes, crowded, deterministic, one step)
+    for (n, count, processes, crowded, deterministic, one) in [
+        (3, 11, true, true, false, true),
+        (4, limit, true, true, false, true),
+        (5, 1000, true, true, false, false),
+        (4, limit + 1, true, true, false, false),
+        (4, 1000, true, false, false, false),
+        (4, 1000, false, true, false, false),
+        (4, 1000, true, true, true, false),
+    ] {
+        for root in [0, n - 1] {
+            let coll = Coll::Reduce { count, root };
+            let scheds: Vec<Schedule> = (0..n as usize)
+                .map(|r| {
+                    let c = Ctx {
+                        processes,
+                        crowded,
+                        deterministic,
+                        ..ctx(r, n as usize, false)
+                    };
+                    build(&coll, &c, Algo::Direct)
+                })
+                .collect();
+            let what = format!("n={n} count={count} p={processes} c={crowded} d={deterministic}");
+            assert_eq!(scheds[0].steps.len() == 1, one, "{what}");
+            if one {
+                let recvs = scheds[root as usize].steps[0]
+                    .actions
+                    .iter()
+                    .filter(|a| matches!(a, Action::RecvReduce { .. }))
+                    .count();
+                assert_eq!(recvs, n as usize - 1, "{what}");
+            }
+            let mut bufs: Vec<RankBufs> = (0..n as usize)
+                .map(|r| RankBufs {
+                    send: to_bytes(&(0..count).map(|i| val(r, i)).collect::<Vec<_>>()),
+                    recv: to_bytes(&fill(count)),
+                    ..Default::default()
+                })
+                .collect();
+            run(&scheds, &mut bufs, &add).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let out = from_bytes(&bufs[root as usize].recv);
+            assert!(
+                (0..count).all(|i| out[i] == (0..n as usize).fold(0u64, |a, q| a.wrapping_add(val(q, i)))),
+                "{what}"
+            );
         }
     }
 }
@@ -556,6 +611,7 @@ fn symbolic_catches_a_broken_schedule() {
                 topo: &topo,
                 deterministic: true,
                 processes: false,
+                crowded: false,
             };
             build(&coll, &ctx, Algo::Ring)
         })
@@ -580,6 +636,7 @@ fn direct_is_order_dependent_only_when_allowed() {
                     topo: &topo,
                     deterministic: det,
                     processes: false,
+                    crowded: false,
                 };
                 build(&coll, &ctx, Algo::Direct)
             })
@@ -646,6 +703,7 @@ fn hier_ctx(topo: &Topo, me: u32, elem: usize, det: bool) -> Ctx<'_> {
         topo,
         deterministic: det,
         processes: false,
+        crowded: false,
     }
 }
 

@@ -53,6 +53,9 @@ pub struct RankRecord {
     pub loc: Location,
     /// Process id (diagnostics).
     pub pid: u32,
+    /// The CPUs its host gives its ranks ([`crate::transport::backoff::host_cores`]): with the
+    /// host of every record, every rank works out alike which hosts run more ranks than cores.
+    pub cores: u32,
 }
 
 impl RankRecord {
@@ -74,6 +77,7 @@ impl RankRecord {
         b[24..32].copy_from_slice(&self.loc.host.to_le_bytes());
         b[32..48].copy_from_slice(&self.loc.process.to_le_bytes());
         b[48..52].copy_from_slice(&self.pid.to_le_bytes());
+        b[52..56].copy_from_slice(&self.cores.to_le_bytes());
     }
 
     /// Parses a record from the first [`RECORD`] bytes of `b`.
@@ -96,6 +100,7 @@ impl RankRecord {
                 process: u128::from_le_bytes(le16(&b[32..48])),
             },
             pid: le32(&b[48..52]),
+            cores: le32(&b[52..56]),
         })
     }
 }
@@ -569,6 +574,7 @@ pub fn report_bad_count(
                 process: 0,
             },
             pid: std::process::id(),
+            cores: 0,
         },
     };
     let (mut c, status, len) = ask_root(addr, &hello, deadline).ok()?;
@@ -706,6 +712,7 @@ mod tests {
                 process: 1000 + rank as u128,
             },
             pid: 1,
+            cores: 2 + rank,
         }
     }
 

@@ -146,6 +146,8 @@ pub struct Communicator {
     network: bool,
     /// Ranks of one host are processes over shared memory ([`Ctx::processes`]).
     processes: bool,
+    /// Some host runs more ranks than it has cores ([`Ctx::crowded`]).
+    crowded: bool,
     /// Which ranks share a host, as the algorithms see it.
     topo: algo::Topo,
     creator: ThreadId,
@@ -230,6 +232,7 @@ fn my_record(rank: u32, cfg: &CommConfig) -> Result<RankRecord> {
         data_addr: acc.addr(),
         loc: topology::local(cfg.env.host_id.as_deref()),
         pid: std::process::id(),
+        cores: crate::transport::backoff::host_cores() as u32,
     })
 }
 
@@ -322,6 +325,7 @@ impl Communicator {
                 data_addr: "0.0.0.0:0".parse().expect("literal address"),
                 loc,
                 pid: std::process::id(),
+                cores: crate::transport::backoff::host_cores() as u32,
             })
             .collect();
         let name = cfg
@@ -456,6 +460,7 @@ impl Communicator {
             topo: &self.topo,
             deterministic: self.cfg.deterministic != Deterministic::Off,
             processes: self.processes,
+            crowded: self.crowded,
         }
     }
 
@@ -663,10 +668,12 @@ impl Communicator {
             topo: &topo,
             deterministic: false,
             processes: false,
+            crowded: false,
         });
         model.level0.staged_below =
             staged_below(&table, cfg.force_network, cfg.env.shm_single_copy);
         let processes = model.level0.staged_below > 0.0;
+        let crowded = crowded_host(&table);
         let model = with_overrides(model, &cfg)?;
         // A trace is a diagnostic: a file that cannot be opened is logged, never fatal.
         let trace = cfg.env.trace_file.as_deref().and_then(|t| {
@@ -685,6 +692,7 @@ impl Communicator {
             cfg,
             network,
             processes,
+            crowded,
             topo,
             creator: std::thread::current().id(),
             inner: BiasedMutex::new(Inner {
@@ -1629,6 +1637,18 @@ fn staged_below(table: &[RankRecord], force_network: bool, single_copy: Option<b
     }
 }
 
+/// Whether some host of `table` runs more ranks than the fewest cores any of them reports
+/// there. Worked out from the rank table every rank holds, so the ranks choose alike.
+fn crowded_host(table: &[RankRecord]) -> bool {
+    let mut hosts: HashMap<u64, (u32, u32)> = HashMap::new();
+    for r in table {
+        let h = hosts.entry(r.loc.host).or_insert((0, u32::MAX));
+        h.0 += 1;
+        h.1 = h.1.min(r.cores.max(1));
+    }
+    hosts.values().any(|&(ranks, cores)| ranks > cores)
+}
+
 /// `model` with the `HCCL_COST_MODEL` overrides of `cfg` applied, and the network of its
 /// `HCCL_TOPOLOGY_FILE` when one is given.
 fn with_overrides(model: CostModel, cfg: &CommConfig) -> Result<CostModel> {
@@ -1763,6 +1783,7 @@ mod tests {
             data_addr: "127.0.0.1:5000".parse().unwrap(),
             loc: Location { host, process },
             pid: 1,
+            cores: 2,
         }
     }
 

@@ -66,6 +66,7 @@ fn the_file_reaches_the_selector() {
         topo: &topo,
         deterministic: false,
         processes: false,
+        crowded: false,
     };
     let model: CostModel = with[0].cost_model();
     let mut changed = Vec::new();

@@ -184,13 +184,14 @@ pub const ONE_STEP_REDUCE_MAX: usize = 1 << 20;
 /// host with more ranks than cores ([`Ctx::crowded`]). There the reduce-scatter and gather form
 /// has each of the ranks wait for the scheduler twice, with only two cores to spread its work
 /// over; the root reducing every leaf's whole input alone took less. Measured on the 2-core
-/// VM, fp32 sum, µs, three alternating launches each, one message against reduce-scatter and
-/// gather: 4 processes, host memory, 8 KiB 5.4-8.2 against 8.3-10.9, 128 KiB 32-37 against
-/// 38-42, 256 KiB 65-67 against 62-66, 512 KiB 159-168 against 124-155; device memory 128 KiB
-/// 15-17 against 22-28, 256 KiB 25-26 against 39-41, 1 MiB 209-213 against 145-177;
-/// 3 processes, host memory, 256 KiB 42-45 against 55-64, 1 MiB 290-324 against 252-276;
-/// device memory 256 KiB 17-19 against 31-32.
-pub const CROWDED_ONE_STEP_REDUCE_MAX: usize = 256 << 10;
+/// VM, fp32 sum, µs, alternating launches, one message against reduce-scatter and gather:
+/// 4 processes, host memory, 8 KiB 6.6-7.2 against 9.7-12.3 (in three of five launches; 14
+/// and 19 in the other two), 32 KiB 13.1-14.2 against 13.4-22.4, 128 KiB 37-46 against 45-59,
+/// but 256 KiB 80-94 against 71-77 in four of five (in an earlier set of three, 65-67 against
+/// 62-66); device memory 128 KiB 15-17 against 22-28, 256 KiB 25-26 against 39-41, 1 MiB
+/// 209-213 against 145-177; 3 processes, host memory, 128 KiB 24-27 against 32-45, 256 KiB
+/// 42-45 against 55-64.
+pub const CROWDED_ONE_STEP_REDUCE_MAX: usize = 128 << 10;
 /// Most ranks whose crowded Reduce runs as one message per leaf: the root reduces every other
 /// rank's input alone. 8 processes on the 2-core VM, one message against reduce-scatter and
 /// gather, µs, three launches each: host memory 8-16 KiB 8.8-13.6 against 17-24, but 32 KiB

@@ -30,7 +30,9 @@ use crate::transport::acceptor::Whitelist;
 use crate::transport::gate::{Arrival, Gate, GateConfig, Listener, Stream};
 
 const HELLO_MAGIC: u32 = 0x4842_4348; // "HCBH"
-const PROTO_VERSION: u32 = 2;
+/// 3: rank records carry their host's core count ([`RankRecord::cores`]), which the ranks'
+/// choice of schedule depends on, so a rank of an earlier version is refused.
+const PROTO_VERSION: u32 = 3;
 /// Bytes of a rank record.
 pub const RECORD: usize = 64;
 /// Bytes of a hello.

@@ -319,13 +319,14 @@ impl Communicator {
         let n = devices.len() as u32;
         let key = topology::random_u128();
         let loc = topology::local(cfg.env.host_id.as_deref());
+        let cores = crate::transport::backoff::host_cores() as u32;
         let table: Vec<RankRecord> = (0..n)
             .map(|r| RankRecord {
                 rank: r,
                 data_addr: "0.0.0.0:0".parse().expect("literal address"),
                 loc,
                 pid: std::process::id(),
-                cores: crate::transport::backoff::host_cores() as u32,
+                cores,
             })
             .collect();
         let name = cfg
@@ -562,7 +563,8 @@ impl Communicator {
                 }
             }
             if !local.is_empty() {
-                let cores = crate::transport::backoff::host_cores();
+                // The count this rank's record carries, which the algorithms' crowding reads.
+                let cores = me.cores as usize;
                 let on_host = table.iter().filter(|r| r.loc.host == me.loc.host).count();
                 let below =
                     crate::transport::shm::single_copy_max(cfg.env.shm_single_copy, local.len());
